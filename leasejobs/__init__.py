@@ -1,0 +1,28 @@
+"""leasejobs: a PostgreSQL job queue for Django with leases, heartbeats,
+fencing tokens and idempotent side effects.
+
+``from leasejobs import task, LeaseLost, current_job``. The names that need
+models are loaded on first use, so importing the package (as Django does for
+INSTALLED_APPS, before models are ready) has no side effects.
+"""
+
+from typing import Any
+
+from leasejobs.exceptions import LeaseLost
+
+__all__ = ["JobContext", "LeaseLost", "Task", "current_job", "task"]
+
+_LAZY = {
+    "task": "leasejobs.registry",
+    "Task": "leasejobs.registry",
+    "current_job": "leasejobs.context",
+    "JobContext": "leasejobs.context",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'leasejobs' has no attribute {name!r}")

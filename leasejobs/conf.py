@@ -1,0 +1,40 @@
+"""The ``LEASEJOBS`` setting, with its defaults.
+
+Read at call time (not import time) so ``override_settings`` works in tests.
+"""
+
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # How long a claim holds a job before another worker may take it over.
+    "LEASE_SECONDS": 30,
+    # Claims a job may have before a failure (or an expired lease) is final.
+    "MAX_ATTEMPTS": 5,
+    # Retry delay: RETRY_BACKOFF_SECONDS * 2**(attempt-1), jittered, capped.
+    "RETRY_BACKOFF_SECONDS": 2.0,
+    "RETRY_BACKOFF_MAX_SECONDS": 3600.0,
+    # Extra modules to import for tasks, besides the ``tasks`` module of each app.
+    "TASK_MODULES": [],
+    # Encoded args + kwargs larger than this are refused at enqueue.
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # How often an idle worker looks for due jobs when no NOTIFY arrives
+    # (delayed jobs and retries become due without a notification).
+    "POLL_INTERVAL_SECONDS": 1.0,
+    # The LISTEN/NOTIFY channel that wakes workers on enqueue.
+    "NOTIFY_CHANNEL": "leasejobs",
+}
+
+
+def get(name: str) -> Any:
+    """Return one LEASEJOBS setting, falling back to its default."""
+    user = getattr(settings, "LEASEJOBS", {}) or {}
+    unknown = set(user) - set(DEFAULTS)
+    if unknown:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"Unknown LEASEJOBS setting(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}."
+        )
+    return user.get(name, DEFAULTS[name])

@@ -1,0 +1,105 @@
+"""The worker's own PostgreSQL connections.
+
+Claim, heartbeat, finish and LISTEN each run on a dedicated psycopg
+connection made from Django's database settings, so that no job body, no
+Django transaction and no pooled connection can delay a heartbeat or swallow
+a NOTIFY. Each connection survives a restarted server or a killed backend:
+a failed statement closes it, and the next use reconnects (with backoff).
+"""
+
+import logging
+import threading
+import time
+from typing import Any
+
+import psycopg
+from django.db import connections
+
+from leasejobs.enqueue import DB_ALIAS
+
+logger = logging.getLogger("leasejobs.worker")
+
+#: Errors that mean "this connection is gone", not "this statement is wrong".
+CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def connection_params() -> dict[str, Any]:
+    """psycopg connect() arguments for Django's default database.
+
+    Django's own cursor factory and adapters are left out: they return jsonb
+    as text and bind client-side, and the worker wants neither.
+    """
+    params = dict(connections[DB_ALIAS].get_connection_params())
+    for django_only in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(django_only, None)
+    params.setdefault("connect_timeout", 5)
+    return params
+
+
+class WorkerConnection:
+    """One lazily opened autocommit connection that reconnects after failures.
+
+    ``execute`` runs one statement as its own transaction and returns its
+    rows; on a lost connection it closes it and raises, and the next call
+    opens a new one once the backoff has passed. Callers decide whether to
+    retry: each of the worker's loops simply tries again on its next turn.
+    """
+
+    def __init__(self, purpose: str, worker_id: str, *, session_settings: str = "") -> None:
+        self.purpose = purpose
+        self.worker_id = worker_id
+        self.session_settings = session_settings
+        self._conn: psycopg.Connection[Any] | None = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._lock = threading.Lock()
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """The open connection, opening one if needed (raises if it cannot)."""
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        wait = self._retry_at - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        params = connection_params()
+        options = " ".join(filter(None, [params.pop("options", ""), self.session_settings]))
+        try:
+            self._conn = psycopg.connect(
+                **params,
+                autocommit=True,
+                application_name=f"leasejobs {self.purpose} {self.worker_id}"[:63],
+                **({"options": options} if options else {}),
+            )
+        except CONNECTION_ERRORS:
+            self._failed()
+            raise
+        if self._failures:
+            logger.info("reconnected %s connection worker=%s", self.purpose, self.worker_id)
+        self._failures = 0
+        return self._conn
+
+    def _failed(self) -> None:
+        self._failures += 1
+        # 0.1 s, 0.2 s, ... capped at 5 s: quick after a blip, gentle on an outage.
+        self._retry_at = time.monotonic() + min(5.0, 0.1 * 2 ** (self._failures - 1))
+
+    def execute(self, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run one statement (its own transaction) and return its rows."""
+        with self._lock:
+            conn = self.connect()
+            try:
+                cursor = conn.execute(query, params)
+                return cursor.fetchall() if cursor.description else []
+            except CONNECTION_ERRORS:
+                if conn.closed or conn.broken:
+                    self.close()
+                    self._failed()
+                    logger.warning("lost %s connection worker=%s; reconnecting", self.purpose, self.worker_id)
+                raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None

@@ -1,0 +1,122 @@
+"""The job context: what a running task body knows about its own attempt.
+
+The context is shared between the thread running the body and the worker's
+heartbeat thread, which flips ``lease_lost`` and ``cancel_requested``; those
+are ``threading.Event`` so either thread may look at any time.
+"""
+
+import contextvars
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections, transaction
+
+from leasejobs import sql
+from leasejobs.enqueue import DB_ALIAS, KEY_MAX_LENGTH, encode_json
+from leasejobs.exceptions import LeaseLost
+
+logger = logging.getLogger("leasejobs.worker")
+
+_current: contextvars.ContextVar["JobContext | None"] = contextvars.ContextVar(
+    "leasejobs_current_job", default=None
+)
+
+
+@dataclass(frozen=True)
+class SideEffectRecord:
+    """What ``ctx.side_effect`` yields: ``created`` is True when this attempt
+    recorded the key, False when an earlier attempt or job already had."""
+
+    key: str
+    created: bool
+    fencing_token: int
+
+
+@dataclass
+class JobContext:
+    job_id: int
+    attempt: int
+    worker_id: str
+    task_name: str = ""
+    queue: str = "default"
+    _lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _cancel_requested: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def fencing_token(self) -> int:
+        """The token every write of this attempt is checked against (== attempt)."""
+        return self.attempt
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once a heartbeat or fence check found this attempt no longer holds the job."""
+        return self._lease_lost.is_set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel this running job."""
+        return self._cancel_requested.is_set()
+
+    def mark_lease_lost(self) -> None:
+        self._lease_lost.set()
+
+    def mark_cancel_requested(self) -> None:
+        self._cancel_requested.set()
+
+    @contextmanager
+    def side_effect(self, key: str, data: Any = None) -> Iterator[SideEffectRecord]:
+        """Record side effect ``key`` for this attempt, at most once ever.
+
+        In one transaction: lock the job row, check that this attempt still
+        holds it (``attempt`` equals the token, status running), and insert
+        the key unless it exists. A failed check raises ``LeaseLost`` and
+        records nothing. The block runs inside the transaction, so its own
+        database writes commit with the record, and an exception in it rolls
+        the record back. While the block runs, the job cannot be taken over.
+        """
+        if not isinstance(key, str) or not key or len(key) > KEY_MAX_LENGTH:
+            raise ValueError(
+                f"a side-effect key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
+            )
+        data_json = None if data is None else encode_json(data, f"the data of side effect {key!r}")
+        with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+            cursor.execute(sql.FENCE_CHECK, {"job_id": self.job_id})
+            row = cursor.fetchone()
+            if row is None or row[0] != self.attempt or row[1] != "running":
+                self.mark_lease_lost()
+                now = "gone" if row is None else f"at attempt {row[0]}, {row[1]}"
+                logger.warning(
+                    "stale write rejected job=%s attempt=%s worker=%s key=%r: the job is %s",
+                    self.job_id,
+                    self.attempt,
+                    self.worker_id,
+                    key,
+                    now,
+                )
+                raise LeaseLost(
+                    f"job {self.job_id} attempt {self.attempt} no longer holds its lease "
+                    f"(the job is {now}); side effect {key!r} was not recorded."
+                )
+            cursor.execute(
+                sql.RECORD_SIDE_EFFECT,
+                {"job_id": self.job_id, "key": key, "fencing_token": self.attempt, "data": data_json},
+            )
+            created = cursor.fetchone() is not None
+            yield SideEffectRecord(key=key, created=created, fencing_token=self.attempt)
+
+
+def current_job() -> JobContext | None:
+    """The context of the job running in this thread, or None outside a job."""
+    return _current.get()
+
+
+def activate(ctx: JobContext) -> contextvars.Token["JobContext | None"]:
+    return _current.set(ctx)
+
+
+def deactivate(token: contextvars.Token["JobContext | None"]) -> None:
+    _current.reset(token)

@@ -1,0 +1,207 @@
+"""Putting jobs into the queue, through Django's connection.
+
+The insert runs on ``django.db.connection`` so it belongs to the caller's
+``transaction.atomic()``: a rolled back transaction leaves no job, and the
+NOTIFY that wakes workers is delivered only on commit. Everything a worker
+will later trust (JSON arguments, a sane queue, an aware ``run_at``) is
+checked here, where the caller can still see the error.
+"""
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+
+from leasejobs import conf, sql
+from leasejobs.models import Job
+
+DB_ALIAS = "default"
+QUEUE_MAX_LENGTH = 100
+KEY_MAX_LENGTH = 255
+PRIORITY_RANGE = (-100, 100)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything needed to insert one job, already validated by ``build``."""
+
+    task_name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    args_json: str
+    kwargs_json: str
+    queue: str
+    priority: int
+    max_attempts: int
+    run_at: dt.datetime | None
+    delay: float
+    idempotency_key: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def encode_json(value: Any, what: str) -> str:
+    """JSON-encode ``value`` or raise a ``TypeError`` that names ``what``."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON (lists, dicts, str, int, float, bool, None): {exc}") from exc
+
+
+def build(
+    task_name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    queue: str,
+    priority: int,
+    max_attempts: int | None,
+    run_at: dt.datetime | None = None,
+    delay: float | dt.timedelta | None = None,
+    idempotency_key: str | None = None,
+) -> JobSpec:
+    """Validate one job's options and encode its arguments."""
+    args_json = encode_json(list(args), f"the arguments of {task_name}")
+    kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
+    limit = conf.get("MAX_PAYLOAD_BYTES")
+    size = len(args_json.encode()) + len(kwargs_json.encode())
+    if size > limit:
+        raise ValueError(
+            f"the arguments of {task_name} are {size} bytes of JSON, over the "
+            f"LEASEJOBS['MAX_PAYLOAD_BYTES'] limit of {limit}; store large data "
+            "elsewhere and pass its id."
+        )
+    if not isinstance(queue, str) or not queue or len(queue) > QUEUE_MAX_LENGTH:
+        raise ValueError(f"queue must be a non-empty string of at most {QUEUE_MAX_LENGTH} characters.")
+    low, high = PRIORITY_RANGE
+    if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
+        raise ValueError(f"priority must be a whole number between {low} and {high}.")
+    if max_attempts is None:
+        max_attempts = conf.get("MAX_ATTEMPTS")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError("max_attempts must be a whole number of at least 1.")
+    if run_at is not None and delay is not None:
+        raise ValueError("give run_at or delay, not both.")
+    if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.utcoffset() is None):
+        raise ValueError("run_at must be an aware datetime (with a timezone).")
+    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else (delay or 0)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise ValueError("delay must be a number of seconds or a timedelta, not negative.")
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > KEY_MAX_LENGTH
+    ):
+        raise ValueError(
+            f"idempotency_key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
+        )
+    return JobSpec(
+        task_name=task_name,
+        args=list(args),
+        kwargs=dict(kwargs),
+        args_json=args_json,
+        kwargs_json=kwargs_json,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        run_at=run_at,
+        delay=float(seconds),
+        idempotency_key=idempotency_key,
+    )
+
+
+def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetime) -> Job:
+    """The Job a fresh insert made, without reading it back."""
+    job = Job(
+        id=job_id,
+        task_name=spec.task_name,
+        queue=spec.queue,
+        priority=spec.priority,
+        args=spec.args,
+        kwargs=spec.kwargs,
+        status=Job.Status.QUEUED,
+        attempt=0,
+        max_attempts=spec.max_attempts,
+        run_at=run_at,
+        idempotency_key=spec.idempotency_key,
+        created_at=created_at,
+    )
+    job._state.adding = False
+    job._state.db = DB_ALIAS
+    return job
+
+
+def insert(spec: JobSpec) -> Job:
+    """Insert one job (or return the job that already has its idempotency key)."""
+    with connections[DB_ALIAS].cursor() as cursor:
+        cursor.execute(
+            sql.ENQUEUE,
+            {
+                "task_name": spec.task_name,
+                "queue": spec.queue,
+                "priority": spec.priority,
+                "args": spec.args_json,
+                "kwargs": spec.kwargs_json,
+                "max_attempts": spec.max_attempts,
+                "run_at": spec.run_at,
+                "delay": spec.delay,
+                "idempotency_key": spec.idempotency_key,
+                "channel": conf.get("NOTIFY_CHANNEL"),
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return Job.objects.using(DB_ALIAS).get(idempotency_key=spec.idempotency_key)
+    return _job(spec, row[0], row[1], row[2])
+
+
+def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
+    """Insert many jobs in one statement; the result follows the input order.
+
+    A spec whose idempotency key is already taken (in the table, or earlier in
+    the same batch) gives the job that holds the key.
+    """
+    specs = list(specs)
+    if not specs:
+        return []
+    with connections[DB_ALIAS].cursor() as cursor:
+        cursor.execute(
+            sql.BULK_ENQUEUE,
+            {
+                "task_names": [s.task_name for s in specs],
+                "queues": [s.queue for s in specs],
+                "priorities": [s.priority for s in specs],
+                "args": [s.args_json for s in specs],
+                "kwargs": [s.kwargs_json for s in specs],
+                "max_attempts": [s.max_attempts for s in specs],
+                "run_ats": [s.run_at for s in specs],
+                "delays": [s.delay for s in specs],
+                "idempotency_keys": [s.idempotency_key for s in specs],
+                "channel": conf.get("NOTIFY_CHANNEL"),
+            },
+        )
+        rows = cursor.fetchall()
+    # Inserted rows come back in id order, which is input order (ids are
+    # drawn in the order the rows are inserted); keyed rows are matched by key.
+    inserted = iter(rows)
+    jobs: list[Job | None] = []
+    by_key: dict[str, Job] = {}
+    pending = {r[1] for r in rows if r[1] is not None}
+    for spec in specs:
+        key = spec.idempotency_key
+        if key is not None and (key in by_key or key not in pending):
+            jobs.append(by_key.get(key))
+            continue
+        job_id, _key, run_at, created_at, _ = next(inserted)
+        job = _job(spec, job_id, run_at, created_at)
+        if key is not None:
+            by_key[key] = job
+            pending.discard(key)
+        jobs.append(job)
+    missing = [s.idempotency_key for s, j in zip(specs, jobs, strict=True) if j is None]
+    if missing:
+        existing = {
+            j.idempotency_key: j for j in Job.objects.using(DB_ALIAS).filter(idempotency_key__in=missing)
+        }
+        jobs = [j if j is not None else existing[s.idempotency_key] for s, j in zip(specs, jobs, strict=True)]
+    return jobs  # type: ignore[return-value]

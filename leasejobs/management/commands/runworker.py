@@ -1,0 +1,175 @@
+"""``manage.py runworker``: run a leasejobs worker until stopped."""
+
+import logging
+import signal
+import sys
+from typing import Any
+
+import psycopg
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from leasejobs import registry
+from leasejobs.connection import connection_params
+from leasejobs.enqueue import QUEUE_MAX_LENGTH
+from leasejobs.worker import Worker, WorkerOptions
+
+
+def _positive(kind: type) -> Any:
+    """An argparse type: a number of ``kind`` greater than zero."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise ValueError(text) from None
+        if value <= 0:
+            raise ValueError(text)
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _not_negative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+_not_negative.__name__ = "non-negative number"
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a leasejobs worker: claim due jobs, run them in threads under a heartbeated lease, "
+        "and stop cleanly on SIGTERM/SIGINT."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="Q",
+            help="Only claim jobs of this queue (repeatable; default: all queues).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=_positive(int),
+            default=4,
+            metavar="N",
+            help="Jobs run at once, one thread each (default 4).",
+        )
+        parser.add_argument(
+            "--lease",
+            type=_positive(float),
+            metavar="SECONDS",
+            help="Lease of a claim, unless the task sets lease_seconds (default LEASEJOBS['LEASE_SECONDS']).",
+        )
+        parser.add_argument(
+            "--heartbeat",
+            type=_positive(float),
+            metavar="SECONDS",
+            help="Extend held leases this often (default: a third of each job's lease).",
+        )
+        parser.add_argument(
+            "--no-heartbeat",
+            action="store_true",
+            help="Never extend leases. Unsafe: kept to reproduce the double run.",
+        )
+        parser.add_argument("--burst", action="store_true", help="Exit 0 once no job is ready to claim.")
+        parser.add_argument(
+            "--max-jobs",
+            type=_positive(int),
+            metavar="N",
+            help="Exit after claiming N jobs and finishing them.",
+        )
+        parser.add_argument(
+            "--worker-id", metavar="ID", help="This worker's id (default: host, pid and a random suffix)."
+        )
+        parser.add_argument(
+            "--grace",
+            type=_not_negative,
+            default=10.0,
+            metavar="SECONDS",
+            help="On SIGTERM/SIGINT, let running jobs finish this long before "
+            "giving their leases back (default 10).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        worker_options = self._worker_options(options)
+        _configure_logging(options["verbosity"])
+        self._check_database()
+        registry.autodiscover()
+        worker = Worker(worker_options)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: worker.request_stop())
+        worker.run()
+
+    def _worker_options(self, options: dict[str, Any]) -> WorkerOptions:
+        queues = options["queues"]
+        for q in queues or []:
+            if not q or len(q) > QUEUE_MAX_LENGTH:
+                raise CommandError(
+                    f"--queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {q!r}."
+                )
+        if options["heartbeat"] and options["no_heartbeat"]:
+            raise CommandError("--heartbeat and --no-heartbeat contradict each other; give one.")
+        worker_id = options["worker_id"]
+        if worker_id is not None and (not worker_id.strip() or len(worker_id) > 200):
+            raise CommandError("--worker-id must be 1 to 200 characters, not blank.")
+        result = WorkerOptions(
+            queues=queues,
+            concurrency=options["concurrency"],
+            lease_seconds=options["lease"],
+            heartbeat_seconds=options["heartbeat"],
+            heartbeat=not options["no_heartbeat"],
+            burst=options["burst"],
+            max_jobs=options["max_jobs"],
+            grace_seconds=options["grace"],
+        )
+        if worker_id:
+            result.worker_id = worker_id
+        lease = result.lease_seconds
+        if lease is None:
+            from leasejobs import conf
+
+            lease = float(conf.get("LEASE_SECONDS"))
+        if result.heartbeat_seconds is not None and result.heartbeat_seconds >= lease:
+            raise CommandError(
+                f"--heartbeat {result.heartbeat_seconds:g} must be shorter than the lease ({lease:g} s), "
+                "or leases run out between heartbeats."
+            )
+        return result
+
+    def _check_database(self) -> None:
+        """Fail fast, in one sentence, when the database is unreachable or unmigrated."""
+        params = connection_params()
+        where = f"{params.get('host') or 'local socket'}:{params.get('port') or 5432}/{params.get('dbname')}"
+        try:
+            with psycopg.connect(**params) as conn:
+                found = conn.execute("SELECT to_regclass('leasejobs_job') IS NOT NULL").fetchone()
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise CommandError(
+                f"Cannot reach the database at {where} ({reason}). Check DATABASE_URL or "
+                "DATABASES['default'] and that PostgreSQL is running."
+            ) from None
+        if not (found and found[0]):
+            raise CommandError(
+                f"The leasejobs tables are missing in {where}: run `python manage.py migrate` first."
+            )
+
+
+def _configure_logging(verbosity: int) -> None:
+    """Show the worker's one-line events on stderr unless logging is configured."""
+    logger = logging.getLogger("leasejobs")
+    if verbosity == 0:
+        logger.setLevel(logging.WARNING)
+    elif logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(handler)

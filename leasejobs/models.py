@@ -1,0 +1,112 @@
+"""The queue's tables: one row per job, one row per recorded side effect.
+
+The worker never reads or writes these through the ORM (its statements are
+in ``leasejobs.sql``); the models exist for migrations, the admin and the
+users' own queries.
+
+Schema choices that matter for a hot queue table:
+- the claim is served by a small partial index over claimable rows only;
+- ``lease_until`` and ``heartbeat_at`` are in no index, so a heartbeat is a
+  HOT update (no index writes, and the page's free space is reused, which
+  the table's fillfactor leaves room for — see the migration);
+- ``SideEffect.key`` is unique: that constraint, not a read-then-write, is
+  what makes a side effect happen at most once.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+
+class Job(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    id = models.BigAutoField(primary_key=True)
+    task_name = models.CharField(max_length=255)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0, help_text="Higher runs first.")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    attempt = models.IntegerField(
+        default=0, help_text="Claims so far; also the fencing token of the current claim."
+    )
+    max_attempts = models.IntegerField(default=5)
+    run_at = models.DateTimeField(help_text="Not claimed before this time.")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    leased_by = models.CharField(max_length=255, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    errors = models.JSONField(
+        default=list, blank=True, help_text="One entry per failed attempt, with its traceback."
+    )
+    worker_ids = models.JSONField(
+        default=list, blank=True, help_text="The worker that held each attempt, in order."
+    )
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When the latest attempt was claimed.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "leasejobs_job"
+        indexes = [
+            # The claim's index: only queued and running rows, in claim order.
+            models.Index(
+                fields=["-priority", "run_at", "id"],
+                name="leasejobs_job_claim",
+                condition=Q(status__in=["queued", "running"]),
+            ),
+            # Pruning and the admin's "recently finished" views.
+            models.Index(
+                fields=["finished_at"],
+                name="leasejobs_job_finished",
+                condition=Q(status__in=["done", "failed", "cancelled"]),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                name="leasejobs_job_idempotency_key",
+                condition=Q(idempotency_key__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name}#{self.id} ({self.status}, attempt {self.attempt})"
+
+
+class SideEffect(models.Model):
+    """The dedupe memory of side effects: one row per key, ever.
+
+    ``fencing_token`` is the attempt that recorded it. Rows outlive their job
+    (``job`` becomes NULL when the job is pruned) so a key stays used.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # The database-level ON DELETE SET NULL is added by the migration, so raw
+    # deletes (pruning) keep the key too.
+    job = models.ForeignKey(
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_constraint=False,
+        related_name="side_effects",
+    )
+    key = models.CharField(max_length=255, unique=True)
+    fencing_token = models.IntegerField()
+    data = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "leasejobs_sideeffect"
+
+    def __str__(self) -> str:
+        return f"{self.key} (token {self.fencing_token})"

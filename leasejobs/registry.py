@@ -1,0 +1,164 @@
+"""The ``@task`` decorator and the registry of tasks a worker may run.
+
+The worker never imports a module or calls a callable named by a row: at
+start it imports the ``tasks`` module of every installed app (and the modules
+in ``LEASEJOBS["TASK_MODULES"]``); decorating a function registers it by name,
+and a row is run only if its ``task_name`` is in this registry.
+"""
+
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib import import_module
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import autodiscover_modules
+
+from leasejobs import conf, enqueue
+from leasejobs.models import Job
+
+_registry: dict[str, "Task"] = {}
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Task:
+    """A function that can be run as a job; ``task.enqueue(...)`` queues it.
+
+    Calling the task calls the function directly (no queue involved).
+    ``using(...)`` returns a copy with other enqueue options.
+    """
+
+    func: Callable[..., Any]
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None
+    lease_seconds: float | None = None
+    timeout_seconds: float | None = None
+    takes_context: bool = False
+    run_at: dt.datetime | None = None
+    delay: float | dt.timedelta | None = None
+    idempotency_key: str | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: dt.datetime | None = None,
+        delay: float | dt.timedelta | None = None,
+        idempotency_key: str | None = None,
+    ) -> "Task":
+        """A copy of this task that enqueues with these options."""
+        changes: dict[str, Any] = {
+            "queue": queue,
+            "priority": priority,
+            "run_at": run_at,
+            "delay": delay,
+            "idempotency_key": idempotency_key,
+        }
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def _spec(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> enqueue.JobSpec:
+        return enqueue.build(
+            self.name,
+            args,
+            kwargs,
+            queue=self.queue,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            run_at=self.run_at,
+            delay=self.delay,
+            idempotency_key=self.idempotency_key,
+        )
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+        """Insert a job for this task in the caller's transaction; return it.
+
+        With an ``idempotency_key`` (see ``using``) already used by a job,
+        that job is returned and nothing is inserted.
+        """
+        return enqueue.insert(self._spec(args, kwargs))
+
+    def bulk_enqueue(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
+        """Insert one job per ``(args, kwargs)`` pair in one round trip."""
+        if self.idempotency_key is not None:
+            raise ValueError("bulk_enqueue cannot share one idempotency_key between jobs.")
+        return enqueue.insert_many(self._spec(args, kwargs) for args, kwargs in calls)
+
+
+def register(task: Task) -> Task:
+    """Add a task to the registry; two different functions may not share a name."""
+    with _lock:
+        known = _registry.get(task.name)
+        if known is not None and _qualified(known.func) != _qualified(task.func):
+            raise ImproperlyConfigured(
+                f"Two tasks are named {task.name!r}: {_qualified(known.func)} and "
+                f"{_qualified(task.func)}; give one of them @task(name=...)."
+            )
+        _registry[task.name] = task
+    return task
+
+
+def _qualified(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def task(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    max_attempts: int | None = None,
+    lease_seconds: float | None = None,
+    timeout_seconds: float | None = None,
+    takes_context: bool = False,
+) -> Any:
+    """Make a function a task: ``@task`` or ``@task(queue="receipts", ...)``.
+
+    The default name is the function's dotted path. With
+    ``takes_context=True`` the function's first argument is the job context.
+    """
+
+    def decorate(f: Callable[..., Any]) -> Task:
+        for option, value in (("lease_seconds", lease_seconds), ("timeout_seconds", timeout_seconds)):
+            if value is not None and (isinstance(value, bool) or not value > 0):
+                raise ValueError(f"{option} of task {_qualified(f)} must be a positive number.")
+        new = Task(
+            func=f,
+            name=name or _qualified(f),
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            lease_seconds=lease_seconds,
+            timeout_seconds=timeout_seconds,
+            takes_context=takes_context,
+        )
+        # Fail at import, not at enqueue, on an option enqueue would refuse.
+        enqueue.build(new.name, [], {}, queue=queue, priority=priority, max_attempts=max_attempts)
+        return register(new)
+
+    return decorate(func) if func is not None else decorate
+
+
+def get(name: str) -> Task | None:
+    """The registered task with this name, or None. Never imports anything."""
+    return _registry.get(name)
+
+
+def all_tasks() -> dict[str, Task]:
+    return dict(_registry)
+
+
+def autodiscover() -> None:
+    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"]."""
+    autodiscover_modules("tasks")
+    for module in conf.get("TASK_MODULES"):
+        import_module(module)

@@ -1,0 +1,229 @@
+"""Every statement leasejobs runs against the queue, by name.
+
+Claim, heartbeat, finish and release run on the worker's own psycopg
+connections; enqueue and the side-effect fence run on Django's connection so
+they join the caller's transaction. All of them are single statements with
+bound parameters (nothing is ever formatted into the SQL text) and all
+timestamps come from the database clock (``now()``): worker clocks never
+decide who holds a lease.
+
+The fencing rule, in one sentence: every write made on behalf of an attempt
+matches the row on ``id AND attempt = <token> AND status = 'running'``, so
+once another claim has bumped ``attempt`` (or the job left ``running``) the
+stale attempt's write matches nothing.
+"""
+
+# -- enqueue -----------------------------------------------------------------
+
+#: Insert one job. A repeated idempotency key inserts nothing (the caller then
+#: reads the existing job). Workers are woken by a NOTIFY carrying the queue
+#: name, delivered when the caller's transaction commits; a job scheduled for
+#: later sends none (the workers' poll finds it when it is due).
+ENQUEUE = """
+WITH inserted AS (
+    INSERT INTO leasejobs_job (
+        task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
+        run_at, leased_by, cancel_requested, idempotency_key, last_error,
+        errors, worker_ids, created_at
+    )
+    VALUES (
+        %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+        'queued', 0, %(max_attempts)s,
+        COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
+        '', false, %(idempotency_key)s, '', '[]', '[]', now()
+    )
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, run_at, created_at
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, %(queue)s) FROM inserted WHERE run_at <= now()
+)
+SELECT id, run_at, created_at, (SELECT count(*) FROM notified) FROM inserted
+"""
+
+#: Insert many jobs in one statement, one array element per job, in input
+#: order. Rows whose idempotency key is taken are skipped (not returned).
+#: One NOTIFY per distinct queue with a due job.
+BULK_ENQUEUE = """
+WITH inserted AS (
+    INSERT INTO leasejobs_job (
+        task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
+        run_at, leased_by, cancel_requested, idempotency_key, last_error,
+        errors, worker_ids, created_at
+    )
+    SELECT r.task_name, r.queue, r.priority, r.args::jsonb, r.kwargs::jsonb,
+           'queued', 0, r.max_attempts,
+           COALESCE(r.run_at, now() + make_interval(secs => r.delay)),
+           '', false, r.idempotency_key, '', '[]', '[]', now()
+    FROM unnest(
+        %(task_names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
+        %(args)s::text[], %(kwargs)s::text[], %(max_attempts)s::int[],
+        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(idempotency_keys)s::text[]
+    ) WITH ORDINALITY AS r(task_name, queue, priority, args, kwargs, max_attempts,
+                           run_at, delay, idempotency_key, ord)
+    ORDER BY r.ord
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, idempotency_key, queue, run_at, created_at
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (
+        SELECT DISTINCT queue FROM inserted WHERE run_at <= now()
+    ) AS due
+)
+SELECT i.id, i.idempotency_key, i.run_at, i.created_at,
+       (SELECT count(*) FROM notified)
+FROM inserted AS i
+ORDER BY i.id
+"""
+
+# -- claim -------------------------------------------------------------------
+
+#: Claim up to ``limit`` jobs for this worker in one statement.
+#:
+#: Claimable: queued and due, or running with an expired lease (its worker
+#: died, hung or was paused). SKIP LOCKED lets many workers claim at once
+#: without waiting on each other; the order is priority, then run_at, then id,
+#: served by the partial index ``leasejobs_job_claim``.
+#:
+#: A claim bumps ``attempt`` (the fencing token) and stamps the lease from the
+#: database clock; a task's own lease (``task_leases``, a JSON object of task
+#: name to seconds) wins over the worker's. A running job whose lease expired
+#: with no attempts left is not run again: it is failed here, so a job that
+#: kills its worker every time cannot loop forever. Those rows come back with
+#: ``exhausted`` true and the worker only logs them.
+CLAIM = """
+WITH picked AS (
+    SELECT id, (status = 'running' AND attempt >= max_attempts) AS exhausted
+    FROM leasejobs_job
+    WHERE status IN ('queued', 'running')
+      AND ((status = 'queued' AND run_at <= now())
+           OR (status = 'running' AND lease_until < now()))
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE leasejobs_job AS j SET
+    status       = CASE WHEN p.exhausted THEN 'failed' ELSE 'running' END,
+    attempt      = CASE WHEN p.exhausted THEN j.attempt ELSE j.attempt + 1 END,
+    lease_until  = CASE WHEN p.exhausted THEN NULL
+                        ELSE now() + make_interval(secs => COALESCE(
+                            (%(task_leases)s::jsonb ->> j.task_name)::float8,
+                            %(lease_seconds)s)) END,
+    leased_by    = CASE WHEN p.exhausted THEN j.leased_by ELSE %(worker_id)s END,
+    heartbeat_at = CASE WHEN p.exhausted THEN j.heartbeat_at ELSE now() END,
+    started_at   = CASE WHEN p.exhausted THEN j.started_at ELSE now() END,
+    finished_at  = CASE WHEN p.exhausted THEN now() END,
+    worker_ids   = CASE WHEN p.exhausted THEN j.worker_ids
+                        ELSE j.worker_ids || to_jsonb(%(worker_id)s::text) END,
+    last_error   = CASE WHEN p.exhausted
+                        THEN 'lease expired on the last attempt (' || j.attempt || ' of '
+                             || j.max_attempts || '): worker ' || j.leased_by
+                             || ' stopped heartbeating'
+                        ELSE j.last_error END
+FROM picked AS p
+WHERE j.id = p.id
+RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.max_attempts,
+          j.queue, p.exhausted, j.last_error
+"""
+
+# -- heartbeat ---------------------------------------------------------------
+
+#: Extend the lease of every job this worker holds, in one statement per tick.
+#:
+#: Each job is matched on id AND attempt AND running: a row whose attempt
+#: moved on is no longer ours (``held`` false: the lease is lost). A row locked
+#: by someone else right now (a side-effect transaction of our own job body,
+#: or a claim in progress) is skipped, not waited for (``renewed`` false,
+#: ``held`` true: try again next tick). Only ``lease_until`` and
+#: ``heartbeat_at`` change, and neither is indexed, so this is a HOT update.
+#: ``cancel_requested`` rides back so a running body can see a cancel.
+HEARTBEAT = """
+WITH held AS (
+    SELECT h.id, h.attempt, h.lease_seconds
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(lease_seconds)s::float8[])
+         AS h(id, attempt, lease_seconds)
+),
+locked AS (
+    SELECT j.id
+    FROM leasejobs_job AS j
+    JOIN held AS h ON h.id = j.id AND h.attempt = j.attempt
+    WHERE j.status = 'running'
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+renewed AS (
+    UPDATE leasejobs_job AS j SET
+        lease_until  = now() + make_interval(secs => h.lease_seconds),
+        heartbeat_at = now()
+    FROM locked AS l
+    JOIN held AS h ON h.id = l.id
+    WHERE j.id = l.id
+    RETURNING j.id, j.cancel_requested
+)
+SELECT h.id,
+       r.id IS NOT NULL AS renewed,
+       COALESCE(r.cancel_requested, false) AS cancel_requested,
+       r.id IS NOT NULL OR EXISTS (
+           SELECT 1 FROM leasejobs_job AS j
+           WHERE j.id = h.id AND j.attempt = h.attempt AND j.status = 'running'
+       ) AS held
+FROM held AS h
+LEFT JOIN renewed AS r ON r.id = h.id
+"""
+
+# -- finish ------------------------------------------------------------------
+
+#: Write the outcome of many attempts in one statement: done, retry (back to
+#: queued, due after ``retry_delay`` seconds of database time), failed or
+#: cancelled. Each row is written only while the attempt still holds the job
+#: (id AND attempt AND running); the ids returned are the ones written, any
+#: other was a stale attempt whose outcome is dropped.
+FINISH = """
+WITH outcome AS (
+    SELECT *
+    FROM unnest(
+        %(ids)s::bigint[], %(attempts)s::int[], %(statuses)s::text[],
+        %(results)s::jsonb[], %(last_errors)s::text[], %(error_entries)s::jsonb[],
+        %(retry_delays)s::float8[]
+    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay)
+)
+UPDATE leasejobs_job AS j SET
+    status      = o.status,
+    result      = o.result,
+    last_error  = COALESCE(o.last_error, j.last_error),
+    errors      = CASE WHEN o.error_entry IS NULL THEN j.errors
+                       ELSE j.errors || jsonb_build_array(o.error_entry) END,
+    run_at      = CASE WHEN o.status = 'queued'
+                       THEN now() + make_interval(secs => o.retry_delay) ELSE j.run_at END,
+    finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE now() END,
+    lease_until = NULL
+FROM outcome AS o
+WHERE j.id = o.id AND j.attempt = o.attempt AND j.status = 'running'
+RETURNING j.id
+"""
+
+#: Give leases back at shutdown: the jobs are queued again and claimable at
+#: once (the next claim bumps the token, so this attempt stays fenced off).
+RELEASE = """
+UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+WHERE j.id = h.id AND j.attempt = h.attempt AND j.status = 'running'
+RETURNING j.id
+"""
+
+# -- side effects (Django's connection, inside the job body's transaction) --
+
+#: The fence check: lock the job row (FOR SHARE blocks claims, heartbeats and
+#: finishes of it until the side effect commits) and read its token and state.
+FENCE_CHECK = """
+SELECT attempt, status FROM leasejobs_job WHERE id = %(job_id)s FOR SHARE
+"""
+
+#: Record a side effect unless its key exists. The unique key is the at-most-
+#: once guarantee: two transactions racing on one key cannot both insert.
+RECORD_SIDE_EFFECT = """
+INSERT INTO leasejobs_sideeffect (job_id, key, fencing_token, data, created_at)
+VALUES (%(job_id)s, %(key)s, %(fencing_token)s, %(data)s::jsonb, now())
+ON CONFLICT (key) DO NOTHING
+RETURNING id
+"""

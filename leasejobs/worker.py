@@ -1,0 +1,668 @@
+"""The worker: claims jobs, runs them in threads, heartbeats, finishes.
+
+Threads, each with one job and its own database connection:
+- the main thread claims as many jobs as there are free slots, in one
+  statement, whenever a NOTIFY arrives, a slot frees up, or the poll
+  interval passes;
+- ``concurrency`` runner threads run job bodies;
+- the heartbeat thread extends the lease of every held job in one statement
+  per tick, reports lost leases and cancel requests to the bodies, and
+  enforces ``timeout_seconds``; no job body can block it;
+- the finisher thread writes outcomes, many per statement, each fenced on
+  the attempt that produced it;
+- the listener thread waits for NOTIFY on a dedicated autocommit connection.
+
+A job stays "held" (and heartbeated) from its claim until its outcome is
+written or dropped, so a finish waiting in the finisher's batch never loses
+its lease.
+"""
+
+import asyncio
+import inspect
+import logging
+import os
+import queue
+import random
+import secrets
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from django.db import connections
+from psycopg.types.json import Jsonb
+
+from leasejobs import conf, registry, sql
+from leasejobs.connection import CONNECTION_ERRORS, WorkerConnection
+from leasejobs.context import JobContext, activate, deactivate
+from leasejobs.enqueue import encode_json
+from leasejobs.exceptions import LeaseLost
+
+logger = logging.getLogger("leasejobs.worker")
+
+#: How many outcomes one FINISH statement writes at most.
+FINISH_BATCH = 500
+
+
+def default_worker_id() -> str:
+    """Host, pid and a random suffix: unique per process, never reused."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def retry_delay(attempt: int) -> float:
+    """Exponential backoff with jitter for the retry after failed ``attempt``.
+
+    base * 2**(attempt-1), capped, then a random point in its upper half, so
+    a burst of failures does not come back as a burst of retries.
+    """
+    base = float(conf.get("RETRY_BACKOFF_SECONDS"))
+    cap = float(conf.get("RETRY_BACKOFF_MAX_SECONDS"))
+    delay = min(cap, base * 2 ** max(0, attempt - 1))
+    return random.uniform(delay / 2, delay)
+
+
+@dataclass
+class WorkerOptions:
+    queues: list[str] | None = None
+    concurrency: int = 4
+    lease_seconds: float | None = None
+    heartbeat_seconds: float | None = None
+    heartbeat: bool = True
+    burst: bool = False
+    max_jobs: int | None = None
+    worker_id: str = field(default_factory=default_worker_id)
+    grace_seconds: float = 10.0
+    poll_interval: float | None = None
+
+
+@dataclass
+class Outcome:
+    """The result of one attempt, waiting to be written by the finisher."""
+
+    status: str  # done, queued (retry), failed or cancelled
+    result: Any = None
+    last_error: str | None = None
+    error_entry: dict[str, Any] | None = None
+    retry_delay: float | None = None
+
+
+@dataclass
+class HeldJob:
+    """A job this worker has claimed and not yet finished."""
+
+    id: int
+    attempt: int
+    max_attempts: int
+    task_name: str
+    args: Any
+    kwargs: Any
+    task: "registry.Task | None"
+    lease_seconds: float
+    ctx: JobContext
+    deadline: float | None = None  # monotonic time past which it times out
+    settled: bool = False  # an outcome was decided (or dropped); only once
+
+
+class Worker:
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.worker_id = options.worker_id
+        self.lease_seconds = float(options.lease_seconds or conf.get("LEASE_SECONDS"))
+        self.poll_interval = float(options.poll_interval or conf.get("POLL_INTERVAL_SECONDS"))
+        self.channel = conf.get("NOTIFY_CHANNEL")
+        self.task_leases = {
+            name: t.lease_seconds for name, t in registry.all_tasks().items() if t.lease_seconds
+        }
+        self._lock = threading.Lock()
+        self._held: dict[int, HeldJob] = {}
+        self._running = 0  # bodies running or waiting for a runner thread
+        self._claimed = 0
+        self._runnable: queue.SimpleQueue[HeldJob | None] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[tuple[HeldJob, Outcome] | None] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._done = threading.Event()  # set when the finisher may stop
+        self._grace_deadline: float | None = None
+        self.counts = {"claimed": 0, "done": 0, "retried": 0, "failed": 0, "lost_leases": 0}
+        self._claim_db = WorkerConnection("claim", self.worker_id)
+        # A heartbeat never waits long: not on a lock, not on a slow server.
+        beat_timeout = max(1000, int(self._beat_interval(self.lease_seconds) * 1000))
+        self._beat_db = WorkerConnection(
+            "heartbeat",
+            self.worker_id,
+            session_settings=f"-c statement_timeout={beat_timeout} -c lock_timeout={beat_timeout}",
+        )
+        self._finish_db = WorkerConnection("finish", self.worker_id)
+        self._threads: list[threading.Thread] = []
+
+    # -- life cycle ------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming; a second request ends the grace period at once."""
+        if self._stopping.is_set():
+            self._grace_deadline = time.monotonic()
+            logger.warning("second stop signal: giving leases back now worker=%s", self.worker_id)
+        else:
+            self._grace_deadline = time.monotonic() + self.options.grace_seconds
+            logger.info(
+                "stopping worker=%s: no new claims, %.0f s grace for %d running job(s)",
+                self.worker_id,
+                self.options.grace_seconds,
+                self._running,
+            )
+            self._stopping.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        """Run until stopped (signal, --burst, --max-jobs); always returns cleanly."""
+        o = self.options
+        logger.info(
+            "worker started worker=%s queues=%s concurrency=%d lease=%.1fs heartbeat=%s",
+            self.worker_id,
+            ",".join(o.queues) if o.queues else "all",
+            o.concurrency,
+            self.lease_seconds,
+            "off" if not o.heartbeat else (f"{o.heartbeat_seconds}s" if o.heartbeat_seconds else "lease/3"),
+        )
+        self._start_thread(self._listen, "leasejobs-listener")
+        self._start_thread(self._heartbeat_loop, "leasejobs-heartbeat")
+        finisher = self._start_thread(self._finish_loop, "leasejobs-finisher")
+        runners = [self._start_thread(self._run_loop, f"leasejobs-runner-{i}") for i in range(o.concurrency)]
+        try:
+            self._claim_loop()
+            self._drain()
+        finally:
+            for _ in runners:
+                self._runnable.put(None)
+            self._outcomes.put(None)
+            finisher.join(timeout=30)
+            self._release_all()
+            self._done.set()
+            self._wake.set()
+            for conn in (self._claim_db, self._beat_db, self._finish_db):
+                conn.close()
+            c = self.counts
+            logger.info(
+                "worker stopped worker=%s claimed=%d done=%d retried=%d failed=%d lost_leases=%d",
+                self.worker_id,
+                c["claimed"],
+                c["done"],
+                c["retried"],
+                c["failed"],
+                c["lost_leases"],
+            )
+
+    def _start_thread(self, target: Callable[[], None], name: str) -> threading.Thread:
+        # Daemon threads: a body still running past the grace period must not
+        # keep the process alive once its lease has been given back.
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    # -- claiming --------------------------------------------------------------
+
+    def _free_slots(self) -> int:
+        free = self.options.concurrency - self._running
+        if self.options.max_jobs is not None:
+            free = min(free, self.options.max_jobs - self._claimed)
+        return free
+
+    def _claim_loop(self) -> None:
+        while not self._stopping.is_set():
+            if self.options.max_jobs is not None and self._claimed >= self.options.max_jobs:
+                logger.info("reached --max-jobs %d worker=%s", self.options.max_jobs, self.worker_id)
+                return
+            self._wake.clear()
+            free = self._free_slots()
+            got = 0
+            if free > 0:
+                try:
+                    got = self._claim(free)
+                except CONNECTION_ERRORS as exc:
+                    logger.warning("claim failed worker=%s: %s", self.worker_id, _one_line(exc))
+                    self._wake.wait(self.poll_interval)
+                    continue
+                if got == 0 and self.options.burst and self._idle():
+                    logger.info("no job ready: --burst worker=%s exits", self.worker_id)
+                    return
+                if got == free:
+                    continue  # more may be ready; claim again as soon as a slot frees
+            self._wake.wait(self.poll_interval)
+
+    def _idle(self) -> bool:
+        with self._lock:
+            return not self._held
+
+    def _claim(self, limit: int) -> int:
+        rows = self._claim_db.execute(
+            sql.CLAIM,
+            {
+                "queues": self.options.queues,
+                "limit": limit,
+                "lease_seconds": self.lease_seconds,
+                "task_leases": Jsonb(self.task_leases),
+                "worker_id": self.worker_id,
+            },
+        )
+        runnable = 0
+        for job_id, task_name, args, kwargs, attempt, max_attempts, queue_name, exhausted, error in rows:
+            if exhausted:
+                self.counts["failed"] += 1
+                logger.error(
+                    "failed job=%s attempt=%s worker=%s task=%s: %s",
+                    job_id,
+                    attempt,
+                    self.worker_id,
+                    task_name,
+                    error,
+                )
+                continue
+            task = registry.get(task_name)
+            held = HeldJob(
+                id=job_id,
+                attempt=attempt,
+                max_attempts=max_attempts,
+                task_name=task_name,
+                args=args,
+                kwargs=kwargs,
+                task=task,
+                lease_seconds=float(
+                    task.lease_seconds if task and task.lease_seconds else self.lease_seconds
+                ),
+                ctx=JobContext(
+                    job_id=job_id,
+                    attempt=attempt,
+                    worker_id=self.worker_id,
+                    task_name=task_name,
+                    queue=queue_name,
+                ),
+            )
+            with self._lock:
+                self._held[job_id] = held
+                self._claimed += 1
+                self.counts["claimed"] += 1
+            logger.info(
+                "claimed job=%s attempt=%s worker=%s task=%s queue=%s",
+                job_id,
+                attempt,
+                self.worker_id,
+                task_name,
+                queue_name,
+            )
+            refusal = self._refusal(held)
+            if refusal is not None:
+                self._settle(held, Outcome(status="failed", last_error=refusal))
+                continue
+            with self._lock:
+                self._running += 1
+            runnable += 1
+            self._runnable.put(held)
+        return len(rows)
+
+    @staticmethod
+    def _refusal(held: HeldJob) -> str | None:
+        """Why a claimed row cannot run at all (no retry will help), or None."""
+        if held.task is None:
+            return f"unknown task {held.task_name!r}"
+        if not isinstance(held.args, list) or not isinstance(held.kwargs, dict):
+            return "malformed job row: args must be a JSON list and kwargs a JSON object"
+        return None
+
+    # -- running ---------------------------------------------------------------
+
+    def _run_loop(self) -> None:
+        while True:
+            held = self._runnable.get()
+            if held is None:
+                return
+            try:
+                if (
+                    self._stopping.is_set()
+                    and self._grace_deadline is not None
+                    and (time.monotonic() >= self._grace_deadline)
+                ):
+                    continue  # not started; its lease is given back at exit
+                self._execute(held)
+            finally:
+                with self._lock:
+                    self._running -= 1
+                self._wake.set()
+
+    def _execute(self, held: HeldJob) -> None:
+        task = held.task
+        assert task is not None
+        if task.timeout_seconds:
+            held.deadline = time.monotonic() + task.timeout_seconds
+        token = activate(held.ctx)
+        started = time.monotonic()
+        try:
+            args = [held.ctx, *held.args] if task.takes_context else held.args
+            if inspect.iscoroutinefunction(task.func):
+                result = asyncio.run(task.func(*args, **held.kwargs))
+            else:
+                result = task.func(*args, **held.kwargs)
+            encode_json(result, f"the return value of {held.task_name}")
+        except LeaseLost as exc:
+            self._drop(held, f"the body stopped: {exc}")
+            return
+        except BaseException as exc:  # SystemExit in a body must not kill its runner
+            outcome = self._failure(held, exc)
+        else:
+            outcome = Outcome(status="cancelled" if held.ctx.cancel_requested else "done", result=result)
+        finally:
+            deactivate(token)
+            _tidy_django_connections()
+        if not self._settle(held, outcome):
+            logger.warning(
+                "late outcome dropped job=%s attempt=%s worker=%s after %.1fs: the attempt had timed out"
+                " or its lease was given back",
+                held.id,
+                held.attempt,
+                self.worker_id,
+                time.monotonic() - started,
+            )
+
+    def _failure(self, held: HeldJob, exc: BaseException) -> Outcome:
+        """Retry with backoff while attempts remain, else fail; a cancel ends it."""
+        last_line = traceback.format_exception_only(exc)[-1].strip()
+        entry = {
+            "attempt": held.attempt,
+            "worker_id": self.worker_id,
+            "exception_class": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+        if held.ctx.cancel_requested:
+            return Outcome(status="cancelled", last_error=last_line, error_entry=entry)
+        if held.attempt < held.max_attempts:
+            return Outcome(
+                status="queued",
+                last_error=last_line,
+                error_entry=entry,
+                retry_delay=retry_delay(held.attempt),
+            )
+        return Outcome(status="failed", last_error=last_line, error_entry=entry)
+
+    def _settle(self, held: HeldJob, outcome: Outcome) -> bool:
+        """Hand the attempt's one outcome to the finisher (False if already settled)."""
+        with self._lock:
+            if held.settled:
+                return False
+            held.settled = True
+        self._outcomes.put((held, outcome))
+        return True
+
+    def _drop(self, held: HeldJob, why: str) -> None:
+        """Forget an attempt that no longer holds its job; write nothing."""
+        with self._lock:
+            held.settled = True
+            self._held.pop(held.id, None)
+            self.counts["lost_leases"] += 1
+        held.ctx.mark_lease_lost()
+        logger.warning(
+            "lease lost job=%s attempt=%s worker=%s: %s", held.id, held.attempt, self.worker_id, why
+        )
+
+    # -- finishing -------------------------------------------------------------
+
+    def _finish_loop(self) -> None:
+        pending: list[tuple[HeldJob, Outcome]] = []
+        stop = False
+        while not (stop and not pending):
+            if not pending:
+                item = self._outcomes.get()
+                if item is None:
+                    stop = True
+                    continue
+                pending.append(item)
+            # Whatever else is already waiting joins this statement.
+            while len(pending) < FINISH_BATCH:
+                try:
+                    item = self._outcomes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                pending.append(item)
+            try:
+                self._write_outcomes(pending)
+                pending = []
+            except CONNECTION_ERRORS as exc:
+                logger.warning(
+                    "finish failed for %d job(s) worker=%s: %s; retrying",
+                    len(pending),
+                    self.worker_id,
+                    _one_line(exc),
+                )
+                if (
+                    self._stopping.is_set()
+                    and self._grace_deadline is not None
+                    and (time.monotonic() > self._grace_deadline + 5)
+                ):
+                    return  # unwritten jobs keep their lease until it expires
+                time.sleep(0.2)
+
+    def _write_outcomes(self, batch: list[tuple[HeldJob, Outcome]]) -> None:
+        rows = self._finish_db.execute(
+            sql.FINISH,
+            {
+                "ids": [h.id for h, _ in batch],
+                "attempts": [h.attempt for h, _ in batch],
+                "statuses": [o.status for _, o in batch],
+                "results": [None if o.status != "done" else Jsonb(o.result) for _, o in batch],
+                "last_errors": [o.last_error for _, o in batch],
+                "error_entries": [None if o.error_entry is None else Jsonb(o.error_entry) for _, o in batch],
+                "retry_delays": [o.retry_delay for _, o in batch],
+            },
+        )
+        written = {r[0] for r in rows}
+        for held, outcome in batch:
+            with self._lock:
+                self._held.pop(held.id, None)
+            if held.id not in written:
+                with self._lock:
+                    self.counts["lost_leases"] += 1
+                held.ctx.mark_lease_lost()
+                logger.warning(
+                    "lease lost job=%s attempt=%s worker=%s: stale %s dropped (the job moved on)",
+                    held.id,
+                    held.attempt,
+                    self.worker_id,
+                    outcome.status,
+                )
+                continue
+            self._log_outcome(held, outcome)
+        self._wake.set()
+
+    def _log_outcome(self, held: HeldJob, outcome: Outcome) -> None:
+        ids = (held.id, held.attempt, self.worker_id)
+        if outcome.status == "queued":
+            self.counts["retried"] += 1
+            logger.warning(
+                "retry job=%s attempt=%s worker=%s in %.1fs: %s",
+                *ids,
+                outcome.retry_delay,
+                outcome.last_error,
+            )
+        elif outcome.status == "failed":
+            self.counts["failed"] += 1
+            logger.error("failed job=%s attempt=%s worker=%s: %s", *ids, outcome.last_error)
+        elif outcome.status == "cancelled":
+            logger.info("cancelled job=%s attempt=%s worker=%s", *ids)
+        else:
+            self.counts["done"] += 1
+            logger.info("done job=%s attempt=%s worker=%s", *ids)
+
+    # -- heartbeats and timeouts -----------------------------------------------
+
+    def _beat_interval(self, lease: float) -> float:
+        return self.options.heartbeat_seconds or lease / 3
+
+    def _heartbeat_loop(self) -> None:
+        next_beat = time.monotonic()
+        while not self._done.is_set():
+            now = time.monotonic()
+            with self._lock:
+                held = [h for h in self._held.values() if not (h.settled and h.deadline == -1)]
+            self._check_timeouts(held, now)
+            if self.options.heartbeat and now >= next_beat:
+                shortest = min((h.lease_seconds for h in held), default=self.lease_seconds)
+                next_beat = now + self._beat_interval(shortest)
+                if held:
+                    self._beat(held)
+            deadlines = [h.deadline for h in held if h.deadline and h.deadline > 0 and not h.settled]
+            wake_at = min([next_beat, *deadlines]) if self.options.heartbeat else min([now + 1, *deadlines])
+            self._done.wait(max(0.01, min(wake_at - time.monotonic(), 1.0)))
+
+    def _check_timeouts(self, held: list[HeldJob], now: float) -> None:
+        for h in held:
+            if h.deadline is None or h.deadline < 0 or now < h.deadline or h.settled:
+                continue
+            assert h.task is not None
+            error = f"TimeoutError: job ran past its timeout of {h.task.timeout_seconds} s"
+            entry = {
+                "attempt": h.attempt,
+                "worker_id": self.worker_id,
+                "exception_class": "builtins.TimeoutError",
+                "traceback": error,
+            }
+            final = h.attempt >= h.max_attempts
+            outcome = Outcome(
+                status="failed" if final else "queued",
+                last_error=error,
+                error_entry=entry,
+                retry_delay=None if final else retry_delay(h.attempt),
+            )
+            if self._settle(h, outcome):
+                h.deadline = -1
+                # The body may go on, but its writes are fenced off from now.
+                h.ctx.mark_lease_lost()
+                logger.warning(
+                    "timeout job=%s attempt=%s worker=%s: %s", h.id, h.attempt, self.worker_id, error
+                )
+
+    def _beat(self, held: list[HeldJob]) -> None:
+        try:
+            rows = self._beat_db.execute(
+                sql.HEARTBEAT,
+                {
+                    "ids": [h.id for h in held],
+                    "attempts": [h.attempt for h in held],
+                    "lease_seconds": [h.lease_seconds for h in held],
+                },
+            )
+        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+            logger.warning(
+                "heartbeat timed out worker=%s jobs=%d: %s", self.worker_id, len(held), _one_line(exc)
+            )
+            return
+        except CONNECTION_ERRORS as exc:
+            logger.warning(
+                "heartbeat failed worker=%s jobs=%d: %s", self.worker_id, len(held), _one_line(exc)
+            )
+            return
+        by_id = {h.id: h for h in held}
+        for job_id, renewed, cancel_requested, still_held in rows:
+            h = by_id[job_id]
+            if cancel_requested and not h.ctx.cancel_requested:
+                h.ctx.mark_cancel_requested()
+                logger.info("cancel requested job=%s attempt=%s worker=%s", h.id, h.attempt, self.worker_id)
+            if not still_held:
+                with self._lock:
+                    current = self._held.get(job_id)
+                if current is h and not h.settled:
+                    self._drop(h, "heartbeat found the job taken over or no longer running")
+            elif not renewed:
+                logger.info(
+                    "heartbeat skipped job=%s attempt=%s worker=%s: row locked by another transaction",
+                    h.id,
+                    h.attempt,
+                    self.worker_id,
+                )
+
+    # -- wake-ups --------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """Wake the claim loop on NOTIFY; reconnect and re-LISTEN after failures."""
+        listener = WorkerConnection("listen", self.worker_id)
+        listen = psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel))
+        while not self._done.is_set():
+            try:
+                conn = listener.connect()
+                conn.execute(listen)
+                self._wake.set()  # anything enqueued while we were not listening
+                while not self._done.is_set():
+                    for notify in conn.notifies(timeout=1.0):
+                        if self.options.queues is None or notify.payload in self.options.queues:
+                            self._wake.set()
+            except CONNECTION_ERRORS as exc:
+                listener.close()
+                if not self._done.is_set():
+                    logger.warning(
+                        "listener lost worker=%s: %s; polling until it is back",
+                        self.worker_id,
+                        _one_line(exc),
+                    )
+                    self._done.wait(1.0)
+        listener.close()
+
+    # -- stopping --------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Wait for running bodies: forever after --burst/--max-jobs, else until grace ends."""
+        while True:
+            with self._lock:
+                busy = self._running
+                unwritten = any(h.settled for h in self._held.values())
+            if busy == 0 and not unwritten:
+                return
+            if self._grace_deadline is not None and time.monotonic() >= self._grace_deadline:
+                return
+            self._wake.wait(0.05)
+            self._wake.clear()
+
+    def _release_all(self) -> None:
+        """Give back the lease of every job still held (claimable at once)."""
+        with self._lock:
+            unsettled = [h for h in self._held.values() if not h.settled]
+            for h in unsettled:
+                h.settled = True
+                h.ctx.mark_lease_lost()
+        if not unsettled:
+            return
+        try:
+            rows = self._finish_db.execute(
+                sql.RELEASE, {"ids": [h.id for h in unsettled], "attempts": [h.attempt for h in unsettled]}
+            )
+        except CONNECTION_ERRORS as exc:
+            logger.warning(
+                "could not give back %d lease(s) worker=%s: %s; they expire on their own",
+                len(unsettled),
+                self.worker_id,
+                _one_line(exc),
+            )
+            return
+        for job_id in sorted(r[0] for r in rows):
+            logger.info("released job=%s worker=%s", job_id, self.worker_id)
+
+
+def _tidy_django_connections() -> None:
+    """After a body: drop Django connections a failure left unusable.
+
+    Healthy connections are kept (a new connection per job is what makes a
+    naive Django worker slow); a broken one is closed so the next job gets a
+    fresh one instead of the same error.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred:
+            conn.close_if_unusable_or_obsolete()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
