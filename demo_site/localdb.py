@@ -342,10 +342,15 @@ class Embedded:
                            + _tail(self.log))
 
     def _pick_port(self) -> int:
-        """The last port if it is free (stable URLs across restarts), else any free one."""
+        """The last port if it is free (stable URLs across restarts), else any free one.
+
+        SO_REUSEADDR as PostgreSQL sets it: the old server's closed connections
+        linger in TIME_WAIT on that port, and they do not stop it from listening.
+        """
         with contextlib.suppress(OSError, ValueError, KeyError):
             port = int(json.loads(self.record.read_text())["port"])
             with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind(("127.0.0.1", port))
             return port
         with socket.socket() as probe:
