@@ -1,0 +1,103 @@
+# leasejobs: make demo | test | lint | stop-db | clean
+#
+#   PYTHON       interpreter for a new venv (default: the newest python3.14,
+#                python3.13 or python3.12 on PATH or under pyenv)
+#   VENV         the venv to use or make (default .venv)
+#   DJANGO       an extra pip requirement, e.g. DJANGO='django>=5.2,<6'
+#   PYTEST_ARGS  passed to pytest, e.g. PYTEST_ARGS='-x tests/test_localdb.py'
+#
+# Which PostgreSQL: DATABASE_URL if set, else localhost:5432, else an embedded
+# one in .leasejobs/ (see demo_site/localdb.py).
+
+VENV ?= .venv
+DJANGO ?=
+PYTEST_ARGS ?=
+
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.leasejobs-installed
+DJANGO_REQ := $(VENV)/.leasejobs-django-requirement
+LOCALDB := $(PY) -m demo_site.localdb
+
+# Recursively expanded, so the search runs only when a venv has to be made.
+# A pyenv shim exists for versions that are not selected and then fails, so
+# each candidate must actually run.
+PYTHON ?= $(shell \
+	root=$$(pyenv root 2>/dev/null || echo "$${PYENV_ROOT:-$$HOME/.pyenv}"); \
+	for v in 3.14 3.13 3.12; do \
+	  for p in $$(command -v python$$v) $$root/versions/*/bin/python$$v; do \
+	    if [ -x "$$p" ] && "$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; \
+	    then echo "$$p"; exit 0; fi; \
+	  done; \
+	done)
+
+# Shell snippet: resolve the database and export it to the commands after it.
+RESOLVE_DB = echo "==> finding a PostgreSQL: python -m demo_site.localdb url"; \
+	DATABASE_URL="$$($(LOCALDB) url)"; export DATABASE_URL
+
+.PHONY: demo test lint stop-db clean
+
+demo: $(STAMP)
+	@set -e; $(RESOLVE_DB); \
+	echo "==> python manage.py migrate --noinput"; \
+	$(PY) manage.py migrate --noinput; \
+	echo "==> python manage.py demo"; \
+	$(PY) manage.py demo; \
+	if $(LOCALDB) status >/dev/null 2>&1; then \
+	  echo "==> the embedded PostgreSQL keeps running; 'make stop-db' stops it"; \
+	fi
+
+# The embedded server is stopped afterwards if this run started it, also on
+# Ctrl-C; pytest's exit status is make's.
+test: $(STAMP)
+	@set -e; \
+	if $(LOCALDB) status >/dev/null 2>&1; then was_running=1; else was_running=0; fi; \
+	cleanup() { \
+	  if [ $$was_running = 0 ] && $(LOCALDB) status >/dev/null 2>&1; then \
+	    echo "==> stopping the embedded PostgreSQL this run started"; \
+	    $(LOCALDB) stop; \
+	  fi; \
+	}; \
+	trap cleanup EXIT; trap 'exit 130' INT TERM; \
+	$(RESOLVE_DB); \
+	echo "==> python -m pytest $(PYTEST_ARGS)"; \
+	status=0; $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
+
+lint: $(STAMP)
+	@echo "==> ruff check ."
+	@$(PY) -m ruff check .
+
+# Works without the venv too: stopping needs neither psycopg nor the wheel.
+stop-db:
+	@echo "==> stopping the embedded PostgreSQL, if it runs"
+	@$(if $(wildcard $(PY)),$(PY),python3) -m demo_site.localdb stop
+
+clean: stop-db
+	@echo "==> removing $(VENV), .leasejobs/ (the embedded database) and caches"
+	@rm -rf $(VENV) .leasejobs .pytest_cache .ruff_cache build dist *.egg-info
+	@find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Set-up shared by demo, test and lint: make the venv if missing, then install
+# the project with its test extras. The stamp makes re-runs instant and is
+# redone when pyproject.toml or DJANGO changes.
+$(STAMP): pyproject.toml $(DJANGO_REQ)
+	@if [ ! -x $(PY) ]; then \
+	  python='$(PYTHON)'; \
+	  if [ -z "$$python" ]; then \
+	    echo "make: no Python >= 3.12 found (python3.14, python3.13, python3.12 on PATH or under pyenv); pass PYTHON=/path/to/python" >&2; \
+	    exit 1; \
+	  fi; \
+	  echo "==> creating $(VENV) with $$python ($$("$$python" -V 2>&1))"; \
+	  "$$python" -m venv $(VENV); \
+	fi
+	@echo "==> pip install -e '.[test]' $(if $(DJANGO),'$(DJANGO)' )into $(VENV)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' $(if $(DJANGO),'$(DJANGO)')
+	@touch $@
+
+# Rewritten only when DJANGO changes, so that such a change re-runs the install.
+$(DJANGO_REQ): FORCE
+	@mkdir -p $(VENV)
+	@echo '$(DJANGO)' | cmp -s - $@ || echo '$(DJANGO)' > $@
+
+.PHONY: FORCE
+FORCE:
