@@ -89,10 +89,6 @@ class WorkerProcess:
 
 def worker_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="tests.settings",
-        DATABASE_URL=database_url(),
-        PYTHONUNBUFFERED="1",
-        **extra,
-    )
+    env.update(DJANGO_SETTINGS_MODULE="tests.settings", DATABASE_URL=database_url(), PYTHONUNBUFFERED="1")
+    env.update(extra)
     return env

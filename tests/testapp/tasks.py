@@ -58,6 +58,21 @@ def flaky(ctx, fail_times):
     return ctx.attempt
 
 
+@task(takes_context=True)
+def slow_first(ctx, seconds):
+    """Slow on attempt 1 only; returns the attempt that ran it."""
+    _record_run()
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+    return ctx.attempt
+
+
+@task(max_attempts=2)
+def always_fails():
+    _record_run()
+    raise ValueError("always fails")
+
+
 @task
 def sleeper(seconds):
     _record_run()
@@ -65,7 +80,7 @@ def sleeper(seconds):
     return seconds
 
 
-@task
+@task(max_attempts=2)
 def poison():
     """Kills the worker process that runs it, every time."""
     _record_run()

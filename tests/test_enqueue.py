@@ -1,0 +1,121 @@
+"""Enqueue: transactional, bulk, idempotent, JSON-only, validated, NOTIFY on commit."""
+
+import datetime as dt
+import math
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from leasejobs import enqueue
+from leasejobs.connection import connection_params
+from leasejobs.models import Job
+from tests.testapp.tasks import add, record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_enqueue_returns_the_queued_job():
+    job = add.enqueue(2, b=3)
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.task_name, stored.args, stored.kwargs) == ("tests.testapp.tasks.add", [2], {"b": 3})
+    assert (stored.status, stored.attempt, stored.queue, stored.priority) == ("queued", 0, "default", 0)
+    assert stored.max_attempts == 5
+    assert job.run_at == stored.run_at and job.created_at == stored.created_at
+
+
+def test_a_rolled_back_transaction_leaves_no_job():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        add.enqueue(1, 1)
+        assert Job.objects.count() == 1  # visible inside the transaction
+        raise RuntimeError("business logic failed")
+    assert Job.objects.count() == 0
+
+
+def test_workers_are_notified_on_commit_only():
+    listener = psycopg.connect(**connection_params(), autocommit=True)
+    try:
+        listener.execute("LISTEN leasejobs")
+        with transaction.atomic():
+            add.enqueue(1, 1)
+            assert list(listener.notifies(timeout=0.3)) == []
+        [notify] = list(listener.notifies(timeout=2, stop_after=1))
+        assert notify.payload == "default"
+        # A job scheduled for later wakes nobody: the poll finds it when due.
+        add.using(delay=60).enqueue(1, 1)
+        assert list(listener.notifies(timeout=0.3)) == []
+    finally:
+        listener.close()
+
+
+def test_bulk_enqueue_inserts_many_jobs_in_one_statement():
+    with CaptureQueriesContext(connection) as queries:
+        jobs = record.using(queue="bulk", priority=3).bulk_enqueue([((i,), {}) for i in range(500)])
+    assert len(queries) == 1
+    assert [j.args for j in jobs] == [[i] for i in range(500)]
+    assert Job.objects.filter(queue="bulk", priority=3).count() == 500
+    assert sorted(j.id for j in jobs) == [j.id for j in jobs]
+
+
+def test_an_idempotency_key_returns_the_existing_job():
+    first = add.using(idempotency_key="order-42").enqueue(1, 2)
+    again = add.using(idempotency_key="order-42").enqueue(5, 5)
+    assert again.id == first.id and again.args == [1, 2]
+    assert Job.objects.count() == 1
+
+
+def test_bulk_enqueue_with_keys_returns_existing_jobs_in_input_order():
+    existing = add.using(idempotency_key="k2").enqueue(0, 0)
+    specs = [("k1", 1), ("k2", 2), ("k1", 3), (None, 4)]
+    built = [
+        enqueue.build(add.name, [n], {}, queue="default", priority=0, max_attempts=None, idempotency_key=key)
+        for key, n in specs
+    ]
+    jobs = enqueue.insert_many(built)
+    assert jobs[1].id == existing.id
+    assert jobs[0].id == jobs[2].id and jobs[0].args == [1]
+    assert jobs[3].args == [4] and jobs[3].idempotency_key is None
+    assert Job.objects.count() == 3
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [dt.datetime(2026, 1, 1, tzinfo=dt.UTC), {1, 2}, object(), b"bytes", math.nan],
+    ids=["datetime", "set", "object", "bytes", "nan"],
+)
+def test_arguments_that_are_not_json_are_refused_with_a_type_error(bad):
+    with pytest.raises(TypeError, match="must be JSON"):
+        add.enqueue(bad, 1)
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"run_at": dt.datetime(2030, 1, 1)}, "aware datetime"),
+        ({"queue": ""}, "queue must be"),
+        ({"queue": "q" * 101}, "queue must be"),
+        ({"priority": 101}, "priority must be"),
+        ({"priority": 1.5}, "priority must be"),
+        ({"delay": -1}, "delay must be"),
+        ({"idempotency_key": "k" * 256}, "idempotency_key must be"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_error(options, message):
+    with pytest.raises(ValueError, match=message):
+        add.using(**options).enqueue(1, 1)
+
+
+def test_oversized_payload_is_refused(settings):
+    settings.LEASEJOBS = {"MAX_PAYLOAD_BYTES": 1000}
+    with pytest.raises(ValueError, match="MAX_PAYLOAD_BYTES"):
+        add.enqueue("x" * 2000, 1)
+
+
+def test_run_at_and_delay_schedule_the_job():
+    later = timezone.now() + dt.timedelta(hours=1)
+    assert add.using(run_at=later).enqueue(1, 1).run_at == later
+    delayed = add.using(delay=dt.timedelta(minutes=10)).enqueue(1, 1)
+    assert dt.timedelta(minutes=9) < delayed.run_at - timezone.now() < dt.timedelta(minutes=11)
