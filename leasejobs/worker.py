@@ -454,7 +454,7 @@ class Worker:
                 "ids": [h.id for h, _ in batch],
                 "attempts": [h.attempt for h, _ in batch],
                 "statuses": [o.status for _, o in batch],
-                "results": [None if o.status != "done" else Jsonb(o.result) for _, o in batch],
+                "results": [None if o.result is None else Jsonb(o.result) for _, o in batch],
                 "last_errors": [o.last_error for _, o in batch],
                 "error_entries": [None if o.error_entry is None else Jsonb(o.error_entry) for _, o in batch],
                 "retry_delays": [o.retry_delay for _, o in batch],

@@ -23,6 +23,7 @@ from tests.testapp.tasks import (
     record,
     sleeper,
     slow_first,
+    until_cancelled,
 )
 
 
@@ -283,3 +284,21 @@ def test_an_unreachable_database_exits_non_zero_with_one_clear_message(start_wor
     log = worker.log()
     assert "Cannot reach the database at 127.0.0.1:1/nowhere" in log
     assert "Traceback" not in log
+
+
+def test_max_jobs_stops_the_worker_after_n_claims(start_worker):
+    jobs = record.bulk_enqueue([((i,), {}) for i in range(5)])
+    worker = start_worker("--max-jobs", "3", "--concurrency", "1")
+    assert worker.wait(timeout=20) == 0
+    assert Job.objects.filter(id__in=[j.id for j in jobs], status="done").count() == 3
+    assert Job.objects.filter(status="queued").count() == 2
+
+
+def test_a_cancel_request_reaches_the_running_body_through_the_heartbeat(start_worker):
+    job = until_cancelled.enqueue(30)
+    worker = start_worker("--lease", "1")
+    wait_until(lambda: runs(job) == 1, what="job starts")
+    Job.objects.filter(id=job.id, status="running").update(cancel_requested=True)
+    wait_until(lambda: job_now(job).status == "cancelled", what="body sees the cancel and stops")
+    assert job_now(job).result == "stopped"
+    worker.wait_for_log(rf"cancel requested job={job.id} attempt=1")
