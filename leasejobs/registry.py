@@ -7,12 +7,14 @@ and a row is run only if its ``task_name`` is in this registry.
 """
 
 import datetime as dt
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import Any
 
+from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
@@ -158,7 +160,15 @@ def all_tasks() -> dict[str, Task]:
 
 
 def autodiscover() -> None:
-    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"]."""
+    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"].
+
+    Then the Django Tasks (Django 6+) found in exactly those modules are
+    registered too, by module path (see ``leasejobs.django_tasks``).
+    """
+    from leasejobs import django_tasks  # imports this module
+
     autodiscover_modules("tasks")
-    for module in conf.get("TASK_MODULES"):
-        import_module(module)
+    names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
+    modules = [sys.modules[name] for name in names if name in sys.modules]
+    modules += [import_module(module) for module in conf.get("TASK_MODULES")]
+    django_tasks.register_from(modules)

@@ -1,0 +1,408 @@
+"""leasejobs as Django's Tasks backend (Django 6+; skipped on Django 5.2, which has no django.tasks).
+
+In-process tests follow what Django's own backend tests check
+(tests/tasks/test_dummy_backend.py, test_immediate_backend.py, test_tasks.py
+in django/django) where it applies to a backend with a separate worker; the
+worker tests run real ``runworker`` processes, including the failure
+django-tasks-db has (a worker SIGKILLed mid-task leaves the task RUNNING
+forever, django-tasks issue #46) reproduced against leasejobs.
+"""
+
+import asyncio
+import dataclasses
+import datetime as dt
+import re
+import signal
+
+import pytest
+
+pytest.importorskip("django.tasks")
+
+from asgiref.sync import async_to_sync
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
+from django.tasks.signals import task_enqueued
+from django.test import override_settings
+from django.utils import timezone
+
+from leasejobs import enqueue
+from leasejobs.backend import JobFailed, LeaseJobsBackend, LeaseJobsTask
+from leasejobs.models import Job
+from tests.helpers import wait_until
+from tests.testapp import django_tasks as dtasks
+from tests.testapp.models import BodyRun, Sent
+from tests.testapp.tasks import add
+
+READY, RUNNING = TaskResultStatus.READY, TaskResultStatus.RUNNING
+SUCCESSFUL, FAILED = TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED
+
+
+@task
+def not_in_a_tasks_module():
+    """A valid Task the worker would never know: this module is no tasks module."""
+
+
+def result_when(result_id, *statuses, timeout=20.0):
+    """The TaskResult once its status is one of ``statuses`` (bounded wait)."""
+
+    def ready():
+        found = default_task_backend.get_result(result_id)
+        return found if found.status in statuses else None
+
+    return wait_until(ready, timeout, what=f"result {result_id} in {statuses}")
+
+
+def task_log(worker, result_id, state):
+    """Lines Django's own task_started / task_finished receivers logged in the worker."""
+    return re.findall(rf"Task id={result_id} path=\S+ state={state}\b", worker.log())
+
+
+# -- the backend, in process ---------------------------------------------------
+
+
+def test_the_default_backend_is_leasejobs():
+    assert default_task_backend == task_backends["default"]
+    assert isinstance(task_backends["default"], LeaseJobsBackend)
+    assert default_task_backend.alias == "default"
+    assert default_task_backend.options == {"MAX_ATTEMPTS": 2}
+    assert all(
+        getattr(LeaseJobsBackend, f"supports_{flag}")
+        for flag in ("defer", "async_task", "get_result", "priority")
+    )
+    assert isinstance(dtasks.slow_receipt, LeaseJobsTask) and dtasks.slow_receipt.lease_seconds == 2
+    assert default_task_backend.check() == []
+
+
+@pytest.mark.parametrize("django_task", [dtasks.noop, dtasks.noop_async], ids=["sync", "async"])
+def test_enqueue_returns_a_ready_result_and_inserts_a_job(db, django_task):
+    result = django_task.enqueue(1, two=3)
+
+    assert result.status == READY and result.is_finished is False
+    assert (result.started_at, result.last_attempted_at, result.finished_at) == (None, None, None)
+    with pytest.raises(ValueError, match="Task has not finished yet"):
+        result.return_value  # noqa: B018
+    assert result.task == django_task
+    assert (result.args, result.kwargs, result.attempts, result.errors) == ([1], {"two": 3}, 0, [])
+    job = Job.objects.get(pk=int(result.id))
+    assert (job.task_name, job.queue, job.status, job.args, job.kwargs) == (
+        django_task.module_path,
+        "default",
+        "queued",
+        [1],
+        {"two": 3},
+    )
+    assert result.enqueued_at == job.created_at
+
+
+def test_aenqueue_and_aget_result(db):
+    async def scenario():
+        result = await dtasks.noop_async.aenqueue()
+        return (
+            result,
+            await default_task_backend.aget_result(result.id),
+            await dtasks.noop_async.aget_result(result.id),
+        )
+
+    result, fetched, through_task = async_to_sync(scenario)()
+    assert result.status == READY and (result.args, result.kwargs) == ([], {})
+    assert fetched == result == through_task
+
+
+def test_get_result_and_refresh_give_the_enqueued_result_back(db):
+    result = default_task_backend.enqueue(dtasks.meaning_of_life, (), {})
+    assert default_task_backend.get_result(result.id) == result
+    assert dtasks.meaning_of_life.get_result(result.id) == result
+
+    before = dataclasses.asdict(result)
+    result.refresh()
+    assert dataclasses.asdict(result) == before
+    async_to_sync(result.arefresh)()
+    assert dataclasses.asdict(result) == before
+
+
+@pytest.mark.parametrize("result_id", ["123456789", "abc", "", "-1", "0", "9" * 30, 123456789])
+def test_get_result_of_no_job_raises(db, result_id):
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(result_id)
+    with pytest.raises(TaskResultDoesNotExist):
+        async_to_sync(default_task_backend.aget_result)(result_id)
+
+
+def test_get_result_of_a_leasejobs_job_raises(db):
+    job = add.enqueue(1, 2)
+    with pytest.raises(TaskResultDoesNotExist, match=f"{job.id}: .*tests.testapp.tasks.add"):
+        default_task_backend.get_result(str(job.id))
+
+
+def test_get_result_through_another_task_is_a_mismatch(db):
+    result = dtasks.noop_async.enqueue()
+    with pytest.raises(TaskResultMismatch, match="Task does not match"):
+        dtasks.noop.get_result(result.id)
+    with pytest.raises(TaskResultMismatch, match="Task does not match"):
+        async_to_sync(dtasks.noop.aget_result)(result.id)
+
+
+def test_enqueue_options_reach_the_job(db):
+    later = timezone.now() + dt.timedelta(hours=1)
+    result = dtasks.noop.using(priority=-7, run_after=later).enqueue()
+    job = Job.objects.get(pk=int(result.id))
+    assert (job.priority, job.run_at, job.max_attempts) == (-7, later, 2)  # OPTIONS["MAX_ATTEMPTS"]
+    assert default_task_backend.get_result(result.id).task.priority == -7
+
+    flaky = Job.objects.get(pk=int(dtasks.flaky.enqueue(1).id))
+    assert flaky.max_attempts == 3  # the task's own field wins over OPTIONS
+
+
+def test_enqueue_belongs_to_the_callers_transaction(db):
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback), transaction.atomic():
+        result = dtasks.noop.enqueue()
+        assert default_task_backend.get_result(result.id).status == READY
+        raise Rollback
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(result.id)
+
+
+def test_enqueue_validates_and_inserts_nothing_when_invalid(db):
+    with pytest.raises(InvalidTask, match="Queue 'nope' is not valid for backend"):
+        dtasks.noop.using(queue_name="nope")
+    with override_settings(
+        TASKS={"default": {"BACKEND": "leasejobs.backend.LeaseJobsBackend", "QUEUES": ["q1"]}}
+    ):
+        with pytest.raises(InvalidTask, match="Queue 'default' is not valid for backend"):
+            dtasks.noop.enqueue()
+        with pytest.raises(InvalidTask, match="Queue 'default' is not valid for backend"):
+            async_to_sync(dtasks.noop.aenqueue)()
+    with pytest.raises(TypeError, match="Unsupported type"):
+        dtasks.noop.enqueue(dt.datetime.now())
+    with pytest.raises(InvalidTask, match="run_after must be an aware datetime"):
+        dtasks.noop.using(run_after=dt.datetime.now())
+    with pytest.raises(InvalidTask, match="priority must be a whole number between -100 and 100"):
+        dtasks.noop.using(priority=101)
+    with pytest.raises(InvalidTask, match="is not one the leasejobs worker runs"):
+        not_in_a_tasks_module.enqueue()
+    assert not Job.objects.exists()
+
+
+def test_per_task_options_and_backend_options_are_checked():
+    for bad in ({"lease_seconds": 0}, {"timeout_seconds": -1}, {"max_attempts": 0}, {"max_attempts": 1.5}):
+        with pytest.raises(InvalidTask, match=f"{next(iter(bad))} of task .* must be"):
+            task(**bad)(not_in_a_tasks_module.func)
+    backend = "leasejobs.backend.LeaseJobsBackend"
+    for options, error in (
+        ({"LEASE": 3}, r"Unknown OPTIONS \['LEASE'\]"),
+        ({"LEASE_SECONDS": "3"}, r"'LEASE_SECONDS'.* must be a positive number"),
+        ({"MAX_ATTEMPTS": 0}, r"'MAX_ATTEMPTS'.* must be a whole number"),
+    ):
+        settings = {"default": {"BACKEND": backend, "OPTIONS": options}}
+        with override_settings(TASKS=settings), pytest.raises(ImproperlyConfigured, match=error):
+            task_backends["default"]
+
+
+def test_enqueue_sends_task_enqueued_and_django_logs_it(db, caplog):
+    received = []
+
+    def receiver(sender, task_result, **kwargs):
+        received.append((sender, task_result))
+
+    task_enqueued.connect(receiver)
+    try:
+        with caplog.at_level("DEBUG", logger="django.tasks"):
+            result = dtasks.noop.enqueue()
+    finally:
+        task_enqueued.disconnect(receiver)
+    assert received == [(LeaseJobsBackend, result)]
+    assert [r.getMessage() for r in caplog.records if r.name == "django.tasks"] == [
+        f"Task id={result.id} path=tests.testapp.django_tasks.noop enqueued backend=default"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("queued", READY),
+        ("running", RUNNING),
+        ("done", SUCCESSFUL),
+        ("failed", FAILED),
+        ("cancelled", FAILED),
+    ],
+)
+def test_job_states_map_to_task_result_states(db, status, expected):
+    started = timezone.now()
+    entry = {"attempt": 1, "worker_id": "w1", "exception_class": "builtins.ValueError", "traceback": "tb 1"}
+    job = Job.objects.create(
+        task_name=dtasks.meaning_of_life.module_path,
+        status=status,
+        attempt=2,
+        max_attempts=2,
+        run_at=started,
+        started_at=started,
+        finished_at=started if expected in (SUCCESSFUL, FAILED) else None,
+        worker_ids=["w1", "w2"],
+        errors=[entry],
+        result=42 if status == "done" else None,
+        last_error="lease expired on the last attempt (2 of 2): worker w2 stopped heartbeating",
+    )
+    result = default_task_backend.get_result(str(job.id))
+
+    assert (result.status, result.worker_ids, result.attempts) == (expected, ["w1", "w2"], 2)
+    assert (result.enqueued_at, result.started_at, result.last_attempted_at) == (
+        job.created_at,
+        started,
+        started,
+    )
+    assert result.errors[0].exception_class is ValueError and result.errors[0].traceback == "tb 1"
+    if expected == SUCCESSFUL:
+        assert result.return_value == 42
+    if expected == FAILED:
+        # The second attempt ended without an exception: it is still listed.
+        assert [e.exception_class for e in result.errors] == [ValueError, JobFailed]
+        assert result.errors[1].traceback == job.last_error
+        with pytest.raises(ValueError, match="Task failed"):
+            result.return_value  # noqa: B018
+    else:
+        assert len(result.errors) == 1
+
+
+# -- the worker runs Django Tasks ----------------------------------------------
+
+
+def test_worker_runs_tasks_and_sends_started_and_finished(start_worker):
+    meaning = dtasks.meaning_of_life.enqueue()
+    own_id = dtasks.task_id.enqueue()
+    noop = dtasks.noop.enqueue(1, two=3)
+    worker = start_worker("--worker-id", "w-run")
+
+    for result, value in ((meaning, 42), (own_id, own_id.id), (noop, None)):
+        done = result_when(result.id, SUCCESSFUL, FAILED)
+        assert (done.status, done.return_value, done.worker_ids, done.errors) == (
+            SUCCESSFUL,
+            value,
+            ["w-run"],
+            [],
+        )
+        assert done.enqueued_at <= done.started_at == done.last_attempted_at <= done.finished_at
+        result.refresh()
+        assert result.status == SUCCESSFUL and result.attempts == 1
+        worker.wait_for_log(rf"Task id={result.id} path=\S+ state=SUCCESSFUL")
+        assert len(task_log(worker, result.id, "RUNNING")) == 1
+        assert len(task_log(worker, result.id, "SUCCESSFUL")) == 1
+
+
+def test_sigkill_mid_task_is_recovered_after_the_lease(start_worker):
+    """django-tasks-db leaves this task RUNNING forever; here it ends SUCCESSFUL on attempt 2.
+
+    slow_receipt has a 2 s lease of its own (the workers' default is 30 s), so
+    the second worker takes it over within seconds of the kill.
+    """
+    result = dtasks.slow_receipt.enqueue("o-1", 60)
+    assert default_task_backend.get_result(result.id).status == READY  # before
+
+    first = start_worker("--worker-id", "w1")
+    running = result_when(result.id, RUNNING)  # during
+    assert (running.worker_ids, running.attempts, running.finished_at) == (["w1"], 1, None)
+    assert running.started_at is not None
+    wait_until(lambda: BodyRun.objects.filter(job_id=int(result.id)).exists(), what="the first body to start")
+
+    first.signal(signal.SIGKILL)
+    assert first.wait() == -signal.SIGKILL
+    assert default_task_backend.get_result(result.id).status == RUNNING  # what django-tasks-db stays at
+
+    second = start_worker("--worker-id", "w2")
+    done = result_when(result.id, SUCCESSFUL, FAILED, timeout=15)  # after
+    assert (done.status, done.attempts, done.worker_ids) == (SUCCESSFUL, 2, ["w1", "w2"])
+    assert done.return_value == {"attempt": 2, "worker_id": "w2"}
+    assert done.errors == []
+    assert BodyRun.objects.filter(job_id=int(result.id)).count() == 2
+    assert list(Sent.objects.filter(job_id=int(result.id)).values_list("attempt", flat=True)) == [2]
+    second.wait_for_log(rf"Task id={result.id} path=\S+ state=SUCCESSFUL")
+
+
+def test_retries_then_success_and_final_failures(start_worker):
+    flaky = dtasks.flaky.enqueue(2)  # max_attempts=3 on the task
+    failing = dtasks.always_fails.enqueue()  # OPTIONS["MAX_ATTEMPTS"] = 2
+    bad_value = dtasks.returns_a_set.enqueue()
+    worker = start_worker("--worker-id", "w-retry")
+
+    done = result_when(flaky.id, SUCCESSFUL, FAILED)
+    assert (done.status, done.return_value, done.attempts) == (SUCCESSFUL, 3, 3)
+    assert [e.exception_class for e in done.errors] == [ValueError, ValueError]
+    assert done.errors[0].traceback.startswith("Traceback (most recent call last):")
+    assert done.errors[0].traceback.endswith("ValueError: failure 1 of 2\n")
+    assert done.errors[1].traceback.endswith("ValueError: failure 2 of 2\n")
+
+    failed = result_when(failing.id, FAILED)
+    assert (failed.attempts, failed.is_finished, failed.worker_ids) == (2, True, ["w-retry", "w-retry"])
+    assert [e.exception_class for e in failed.errors] == [RuntimeError, RuntimeError]
+    assert failed.errors[-1].traceback.endswith("RuntimeError: always fails\n")
+    assert failed.finished_at >= failed.started_at
+    with pytest.raises(ValueError, match="Task failed"):
+        failed.return_value  # noqa: B018
+
+    unsupported = result_when(bad_value.id, FAILED)
+    assert unsupported.errors[0].exception_class is TypeError
+    assert "Unsupported type" in unsupported.errors[0].traceback
+
+    # task_finished after every attempt, with the status get_result then shows;
+    # sent from inside the except block, so Django's receiver logs the traceback.
+    worker.wait_for_log(rf"Task id={failing.id} path=\S+ state=FAILED")
+    assert len(task_log(worker, flaky.id, "RUNNING")) == 3
+    assert len(task_log(worker, flaky.id, "READY")) == 2
+    assert len(task_log(worker, flaky.id, "SUCCESSFUL")) == 1
+    assert len(task_log(worker, failing.id, "READY")) == 1
+    log = worker.log()
+    after_failure = log[
+        log.index(f"Task id={failing.id} path=tests.testapp.django_tasks.always_fails state=FAILED") :
+    ]
+    assert re.match(
+        r"[^\n]*\nTraceback \(most recent call last\):\n(.*\n)*?RuntimeError: always fails\n", after_failure
+    )
+
+
+def test_async_tasks_run_with_the_fencing_context(start_worker):
+    receipt = async_to_sync(dtasks.async_receipt.aenqueue)("o-async")
+    noop = dtasks.noop_async.enqueue()
+    start_worker("--worker-id", "w-async")
+
+    done = async_to_sync(_aresult_when)(receipt.id)
+    assert done.return_value == {"created": True, "job_id": int(receipt.id), "result_id": receipt.id}
+    assert list(Sent.objects.filter(job_id=int(receipt.id)).values_list("key", "attempt")) == [
+        ("django-async:o-async", 1)
+    ]
+    assert result_when(noop.id, SUCCESSFUL, FAILED).status == SUCCESSFUL
+
+
+async def _aresult_when(result_id):
+    for _ in range(400):
+        result = await default_task_backend.aget_result(result_id)
+        if result.is_finished:
+            return result
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"result {result_id} did not finish in 20 s")
+
+
+def test_a_row_naming_anything_else_fails_as_unknown_and_imports_nothing(start_worker):
+    """Only Task objects found in the tasks modules run: ``this`` (whose import
+    prints the Zen of Python) is never imported, a helper of a tasks module never called."""
+    rows = [
+        enqueue.insert(enqueue.build(name, [], {}, queue="default", priority=0, max_attempts=1))
+        for name in (
+            "this.s",
+            "tests.testapp.django_tasks._send_once",
+            "tests.testapp.django_tasks.time.sleep",
+        )
+    ]
+    marker = dtasks.noop.enqueue()
+    worker = start_worker("--worker-id", "w-unknown")
+    result_when(marker.id, SUCCESSFUL)
+    for job in rows:
+        job = wait_until(lambda job=job: Job.objects.filter(pk=job.id, status="failed").first())
+        assert job.last_error == f"unknown task {job.task_name!r}"
+        with pytest.raises(TaskResultDoesNotExist):
+            default_task_backend.get_result(str(job.id))
+    assert "Beautiful is better than ugly" not in worker.log()
+    assert not Sent.objects.exists()
