@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 from django.db import connections
@@ -34,6 +35,21 @@ def connection_params() -> dict[str, Any]:
         params.pop(django_only, None)
     params.setdefault("connect_timeout", 5)
     return params
+
+
+def database_url() -> str:
+    """A ``postgres://`` URL of Django's default database, as it is now.
+
+    For starting ``runworker`` processes on the same database as this one
+    (with ``DATABASE_URL``): in a test run that is the test database, whose
+    name only the settings in memory know.
+    """
+    s = connections[DB_ALIAS].settings_dict
+    auth = quote(s["USER"] or "", safe="")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"], safe="")
+    host = s["HOST"] or "localhost"
+    return f"postgres://{auth}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 class WorkerConnection:

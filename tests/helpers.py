@@ -12,9 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from django.db import connection
+from leasejobs.connection import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,16 +30,6 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
-
-
-def database_url() -> str:
-    """The URL of the database the tests use (the test database, once created)."""
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "", safe="")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"], safe="")
-    host = s["HOST"] or "localhost"
-    return f"postgres://{auth}@{host}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
 class WorkerProcess:
