@@ -227,3 +227,68 @@ VALUES (%(job_id)s, %(key)s, %(fencing_token)s, %(data)s::jsonb, now())
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 """
+
+# -- admin actions (Django's connection, one statement per action) -----------
+#
+# Each action is fenced on what the operator saw: every selected row comes
+# with the status and attempt shown on the page, and a row is changed only
+# while it still has both. A job claimed, finished or re-claimed since the
+# page was rendered is left alone and counted as "changed since". None of
+# them lowers ``attempt``: it is the fencing token, and a lower one would
+# let a stale worker's writes match again.
+
+#: Give a running job's lease back now: queued again, claimable at once (the
+#: next claim bumps the token, so the holder's later heartbeat, side effects
+#: and finish are all fenced off). Like ``RELEASE``, plus a NOTIFY on commit
+#: so idle workers claim it without waiting for their poll.
+ADMIN_RELEASE = """
+WITH released AS (
+    UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS s(id, attempt)
+    WHERE j.id = s.id AND j.attempt = s.attempt AND j.status = 'running'
+    RETURNING j.id, j.attempt, j.leased_by, j.queue
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) AS q
+)
+SELECT r.id, r.attempt, r.leased_by, (SELECT count(*) FROM notified) FROM released AS r
+"""
+
+#: Cancel: a queued job is cancelled at once; a running one gets
+#: ``cancel_requested``, which its worker's next heartbeat hands to
+#: ``ctx.cancel_requested`` (the worker then ends the job as cancelled).
+#: Returns each changed job with the status it had.
+ADMIN_CANCEL = """
+UPDATE leasejobs_job AS j SET
+    status           = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE j.status END,
+    finished_at      = CASE WHEN j.status = 'queued' THEN now() ELSE j.finished_at END,
+    cancel_requested = true
+FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(attempts)s::int[]) AS s(id, status, attempt)
+WHERE j.id = s.id AND j.status = s.status AND j.attempt = s.attempt
+  AND j.status IN ('queued', 'running')
+RETURNING j.id, j.attempt, j.leased_by, s.status
+"""
+
+#: Retry now: a failed or cancelled job is queued again, due now, with room
+#: for one more attempt (``max_attempts`` raised to at least attempt + 1; the
+#: attempt itself is never lowered); a queued job scheduled for later becomes
+#: due now. NOTIFY on commit wakes the workers of those queues.
+ADMIN_RETRY = """
+WITH retried AS (
+    UPDATE leasejobs_job AS j SET
+        status           = 'queued',
+        run_at           = CASE WHEN j.status = 'queued' THEN LEAST(j.run_at, now()) ELSE now() END,
+        max_attempts     = GREATEST(j.max_attempts, j.attempt + 1),
+        finished_at      = NULL,
+        lease_until      = NULL,
+        cancel_requested = false
+    FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(attempts)s::int[]) AS s(id, status, attempt)
+    WHERE j.id = s.id AND j.status = s.status AND j.attempt = s.attempt
+      AND j.status IN ('queued', 'failed', 'cancelled')
+    RETURNING j.id, j.attempt, j.leased_by, j.queue
+),
+notified AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM retried) AS q
+)
+SELECT r.id, r.attempt, r.leased_by, (SELECT count(*) FROM notified) FROM retried AS r
+"""

@@ -1,0 +1,137 @@
+"""Measure the job admin on a big table: queries and time per page.
+
+Usage (against a throwaway database, never one that matters):
+
+    export DATABASE_URL=postgres://postgres:postgres@localhost:5432/leasejobs_admin
+    python manage.py migrate
+    python docs/admin_scale.py --fill 1000000   # TRUNCATEs the jobs, inserts N rows, VACUUM ANALYZE
+    python docs/admin_scale.py                  # measures
+
+Each page is fetched with Django's test client as a superuser, three times
+(the best time is reported, after one warm-up), with every query captured;
+the plan of the changelist's row query is shown so one can see which index
+serves it. See docs/admin.md for the figures.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_site.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth.models import User  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+from leasejobs.models import Job  # noqa: E402
+
+FILL = """
+TRUNCATE leasejobs_job, leasejobs_sideeffect;
+INSERT INTO leasejobs_job (
+    task_name, queue, priority, args, kwargs, status, attempt, max_attempts, run_at,
+    lease_until, leased_by, heartbeat_at, cancel_requested, idempotency_key, last_error,
+    errors, worker_ids, result, created_at, started_at, finished_at)
+SELECT
+    'shop.tasks.' || (ARRAY['send_receipt', 'render_pdf', 'sync_stock', 'charge_card'])[1 + g % 4],
+    (ARRAY['default', 'receipts', 'pdf', 'stock', 'payments'])[1 + g % 5],
+    0, jsonb_build_array(g, 'order-' || g), '{}'::jsonb, s.status,
+    CASE WHEN s.status = 'queued' THEN 0 ELSE 1 + g % 3 END, 5,
+    now() - make_interval(secs => (%(n)s - g) * 0.5),
+    CASE WHEN s.status = 'running' THEN now() + make_interval(secs => 30 - g % 60) END,
+    CASE WHEN s.status = 'queued' THEN '' ELSE 'host-' || g % 8 || '-w' END,
+    CASE WHEN s.status = 'running' THEN now() - make_interval(secs => g % 60) END,
+    false,
+    CASE WHEN g % 10 = 0 THEN 'order:' || g END,
+    CASE WHEN s.status = 'failed' THEN 'ValueError: card declined for order ' || g ELSE '' END,
+    '[]'::jsonb, '[]'::jsonb,
+    CASE WHEN s.status = 'done' THEN '{"ok": true}'::jsonb END,
+    now() - make_interval(secs => (%(n)s - g) * 0.5),
+    CASE WHEN s.status <> 'queued' THEN now() - make_interval(secs => (%(n)s - g) * 0.5) END,
+    CASE WHEN s.status IN ('done', 'failed', 'cancelled')
+         THEN now() - make_interval(secs => (%(n)s - g) * 0.5) END
+FROM generate_series(1, %(n)s) AS g,
+LATERAL (SELECT CASE
+    WHEN g > %(n)s - 1000 AND g % 5 = 0 THEN 'running'
+    WHEN g > %(n)s - 5000 THEN 'queued'
+    WHEN g % 50 = 0 THEN 'failed'
+    WHEN g % 97 = 0 THEN 'cancelled'
+    ELSE 'done' END AS status) AS s
+"""
+
+PAGES = [
+    ("changelist", "/admin/leasejobs/job/"),
+    ("changelist, page 50", "/admin/leasejobs/job/?p=50"),
+    ("status = failed", "/admin/leasejobs/job/?status__exact=failed"),
+    ("status = done, queue = receipts", "/admin/leasejobs/job/?status__exact=done&queue=receipts"),
+    ("lease = expired", "/admin/leasejobs/job/?lease=expired"),
+    ("lease = held", "/admin/leasejobs/job/?lease=held"),
+    ("search: a job id", "/admin/leasejobs/job/?q={last_id}"),
+    ("search: an idempotency key", "/admin/leasejobs/job/?q=order:500000"),
+    ("search: part of a task name", "/admin/leasejobs/job/?q=charge"),
+    ("search: a task name nowhere", "/admin/leasejobs/job/?q=no_such_task"),
+    ("job page", "/admin/leasejobs/job/{last_id}/change/"),
+    ("overview", "/admin/leasejobs/joboverview/"),
+]
+
+
+def fill(n: int) -> None:
+    with connection.cursor() as cursor:
+        started = time.perf_counter()
+        cursor.execute(FILL, {"n": n})
+        cursor.execute("VACUUM ANALYZE leasejobs_job")
+    print(f"filled {n:,} jobs in {time.perf_counter() - started:.1f} s")
+
+
+def measure() -> None:
+    user, _ = User.objects.get_or_create(username="scale", defaults={"is_staff": True, "is_superuser": True})
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(user)
+    rows = Job.objects.count()
+    last_id = Job.objects.order_by("-id").values_list("id", flat=True).first()
+    print(f"{rows:,} jobs in the table; PostgreSQL {connection.pg_version}")
+    print(f"{'page':34} {'status':>6} {'queries':>7} {'best ms':>8} {'SQL ms':>7}")
+    for name, url in PAGES:
+        url = url.format(last_id=last_id)
+        client.get(url)  # warm-up
+        best = None
+        for _ in range(3):
+            with CaptureQueriesContext(connection) as queries:
+                started = time.perf_counter()
+                response = client.get(url)
+                elapsed = (time.perf_counter() - started) * 1000
+            sql_ms = sum(float(q["time"]) for q in queries.captured_queries) * 1000
+            if best is None or elapsed < best[0]:
+                # captured_queries is a view of the connection's log: copy it.
+                best = (elapsed, sql_ms, response.status_code, list(queries.captured_queries))
+        elapsed, sql_ms, status, captured = best
+        count = len(captured)
+        print(f"{name:34} {status:>6} {count:>7} {elapsed:>8.1f} {sql_ms:>7.1f}")
+        if name == "changelist":
+            changelist_queries = captured
+    print("\nqueries of the unfiltered changelist:")
+    for q in changelist_queries:
+        print(f"  {float(q['time']) * 1000:7.2f} ms  {q['sql'][:110]}")
+    rows_sql = changelist_queries[-1]["sql"]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + rows_sql)
+        plan = [r[0] for r in cursor.fetchall()]
+    print("\nplan of its row query:")
+    print("\n".join("  " + line for line in plan))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fill", type=int, metavar="N", help="truncate the jobs and insert N rows first")
+    options = parser.parse_args()
+    if options.fill:
+        fill(options.fill)
+    measure()

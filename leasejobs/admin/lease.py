@@ -1,0 +1,134 @@
+"""Lease state of a job, computed by the database from its own clock.
+
+A job's lease is judged against ``now()`` of the database, never against the
+web server's clock, so the admin agrees with the claim statement about who
+holds what. The states, each a ``Q`` usable both as a filter (index-friendly
+conditions, no function of a column) and inside the ``lease_state``
+annotation:
+
+- ``held``: running and ``lease_until`` is in the future;
+- ``expiring``: held, with less than a third of the job's own lease left.
+  The lease length is ``lease_until - heartbeat_at`` (claim and heartbeat set
+  both in one statement), and a worker heartbeats every third of the lease by
+  default, so a job in this state has missed at least one heartbeat;
+- ``expired``: running and ``lease_until`` is past (or missing): the holder
+  stopped heartbeating and any worker may take the job over;
+- ``none``: not running, so nobody holds it.
+"""
+
+import datetime as dt
+
+from django.db.models import Case, CharField, DurationField, ExpressionWrapper, F, Q, QuerySet, Value, When
+from django.db.models.functions import Now
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from leasejobs.models import Job
+
+HELD = "held"
+EXPIRING = "expiring"
+EXPIRED = "expired"
+NONE = "none"
+
+#: Filter choices, in the order an operator scans them.
+CHOICES = [
+    (HELD, "held"),
+    (EXPIRING, "expiring soon (under 1/3 of its lease left)"),
+    (EXPIRED, "expired"),
+    (NONE, "none (not running)"),
+]
+
+
+def _duration(expression: object) -> ExpressionWrapper:
+    return ExpressionWrapper(expression, output_field=DurationField())
+
+
+def state_q(state: str) -> Q:
+    """The condition for one lease state, as a filter the planner can use."""
+    running = Q(status=Job.Status.RUNNING)
+    held = running & Q(lease_until__gt=Now())
+    if state == HELD:
+        return held
+    if state == EXPIRING:
+        third_of_lease = _duration((F("lease_until") - F("heartbeat_at")) / 3)
+        return held & Q(lease_until__lt=Now() + third_of_lease)
+    if state == EXPIRED:
+        # ~Q on a nullable column also matches NULL: a running row without a
+        # lease is as unheld as an expired one.
+        return running & ~Q(lease_until__gt=Now())
+    if state == NONE:
+        return ~running
+    raise ValueError(f"unknown lease state {state!r}; known: {[c for c, _ in CHOICES]}")
+
+
+def annotate(queryset: QuerySet[Job]) -> QuerySet[Job]:
+    """Add ``lease_state``, ``lease_left``, ``heartbeat_age`` and ``run_in`` from the database clock."""
+    return queryset.annotate(
+        lease_state=Case(
+            *(When(state_q(s), then=Value(s)) for s in (EXPIRING, HELD, EXPIRED)),
+            default=Value(NONE),
+            output_field=CharField(),
+        ),
+        lease_left=_duration(F("lease_until") - Now()),
+        heartbeat_age=_duration(Now() - F("heartbeat_at")),
+        run_in=_duration(F("run_at") - Now()),
+    )
+
+
+def human(delta: dt.timedelta) -> str:
+    """A short duration for a glance: '12 s', '4 min 5 s', '2 h 3 min', '3 d 4 h'."""
+    seconds = int(abs(delta.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def cell(job: Job) -> SafeString:
+    """The lease as one readable, coloured cell; needs the ``annotate`` columns.
+
+    Every value goes through ``format_html``, so a worker id holding markup
+    is shown as text.
+    """
+    state = getattr(job, "lease_state", NONE)
+    note = " · cancel requested" if job.cancel_requested and job.status == Job.Status.RUNNING else ""
+    if state in (HELD, EXPIRING):
+        return format_html(
+            '<span class="leasejobs-lease leasejobs-lease-{}">held by {} · {} left{}</span>',
+            state,
+            job.leased_by or "?",
+            human(job.lease_left),
+            note,
+        )
+    if state == EXPIRED:
+        since = f"{human(job.lease_left)} ago" if job.lease_left is not None else "(no lease)"
+        return format_html(
+            '<span class="leasejobs-lease leasejobs-lease-expired">expired {} · last holder {}{}</span>',
+            since,
+            job.leased_by or "?",
+            note,
+        )
+    return format_html('<span class="leasejobs-lease leasejobs-lease-none">{}</span>', "—")
+
+
+def relative(delta: dt.timedelta | None) -> str:
+    """'in 10 min' or '2 min ago' for a time ``delta`` away from now."""
+    if delta is None:
+        return "—"
+    if abs(delta) < dt.timedelta(seconds=1):
+        return "now"
+    return f"in {human(delta)}" if delta > dt.timedelta(0) else f"{human(delta)} ago"
+
+
+def heartbeat(job: Job) -> str:
+    """Heartbeat age of a running job ('3 s ago'); '—' when nobody should beat."""
+    age = getattr(job, "heartbeat_age", None)
+    if job.status != Job.Status.RUNNING or age is None:
+        return "—"
+    return f"{human(age)} ago"
