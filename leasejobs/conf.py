@@ -24,6 +24,10 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL_SECONDS": 1.0,
     # The LISTEN/NOTIFY channel that wakes workers on enqueue.
     "NOTIFY_CHANNEL": "leasejobs",
+    # Most jobs a worker claims ahead of its free runner slots (runworker
+    # --prefetch). The worker shrinks it as jobs get slower, so that a
+    # buffered job starts within a tenth of its lease; 0 claims free slots only.
+    "PREFETCH": 100,
 }
 
 

@@ -79,10 +79,16 @@ class WorkerConnection:
             time.sleep(wait)
         params = connection_params()
         options = " ".join(filter(None, [params.pop("options", ""), self.session_settings]))
+        # The worker runs the same few statements many times a second: each is
+        # parsed and planned once per connection (prepared at first use). An
+        # explicit OPTIONS["prepare_threshold"] in DATABASES wins (None turns
+        # prepared statements off, for a pooler that cannot keep them).
+        prepare_threshold = connections[DB_ALIAS].settings_dict.get("OPTIONS", {}).get("prepare_threshold", 0)
         try:
             self._conn = psycopg.connect(
                 **params,
                 autocommit=True,
+                prepare_threshold=prepare_threshold,
                 application_name=f"leasejobs {self.purpose} {self.worker_id}"[:63],
                 **({"options": options} if options else {}),
             )

@@ -91,6 +91,12 @@ ORDER BY i.id
 #: with no attempts left is not run again: it is failed here, so a job that
 #: kills its worker every time cannot loop forever. Those rows come back with
 #: ``exhausted`` true and the worker only logs them.
+#:
+#: The rows come back in claim order (an UPDATE's RETURNING has none), so a
+#: worker that claims many at once still starts them in priority order. The
+#: worker's claim connection turns sequential and bitmap scans off, so this
+#: is always a walk of the partial index that stops after ``limit`` rows,
+#: whatever the table's statistics say (see ``Worker.__init__``).
 CLAIM = """
 WITH picked AS (
     SELECT id, (status = 'running' AND attempt >= max_attempts) AS exhausted
@@ -102,29 +108,34 @@ WITH picked AS (
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE leasejobs_job AS j SET
+        status       = CASE WHEN p.exhausted THEN 'failed' ELSE 'running' END,
+        attempt      = CASE WHEN p.exhausted THEN j.attempt ELSE j.attempt + 1 END,
+        lease_until  = CASE WHEN p.exhausted THEN NULL
+                            ELSE now() + make_interval(secs => COALESCE(
+                                (%(task_leases)s::jsonb ->> j.task_name)::float8,
+                                %(lease_seconds)s)) END,
+        leased_by    = CASE WHEN p.exhausted THEN j.leased_by ELSE %(worker_id)s END,
+        heartbeat_at = CASE WHEN p.exhausted THEN j.heartbeat_at ELSE now() END,
+        started_at   = CASE WHEN p.exhausted THEN j.started_at ELSE now() END,
+        finished_at  = CASE WHEN p.exhausted THEN now() END,
+        worker_ids   = CASE WHEN p.exhausted THEN j.worker_ids
+                            ELSE j.worker_ids || to_jsonb(%(worker_id)s::text) END,
+        last_error   = CASE WHEN p.exhausted
+                            THEN 'lease expired on the last attempt (' || j.attempt || ' of '
+                                 || j.max_attempts || '): worker ' || j.leased_by
+                                 || ' stopped heartbeating'
+                            ELSE j.last_error END
+    FROM picked AS p
+    WHERE j.id = p.id
+    RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.max_attempts,
+              j.queue, p.exhausted, j.last_error, j.priority, j.run_at
 )
-UPDATE leasejobs_job AS j SET
-    status       = CASE WHEN p.exhausted THEN 'failed' ELSE 'running' END,
-    attempt      = CASE WHEN p.exhausted THEN j.attempt ELSE j.attempt + 1 END,
-    lease_until  = CASE WHEN p.exhausted THEN NULL
-                        ELSE now() + make_interval(secs => COALESCE(
-                            (%(task_leases)s::jsonb ->> j.task_name)::float8,
-                            %(lease_seconds)s)) END,
-    leased_by    = CASE WHEN p.exhausted THEN j.leased_by ELSE %(worker_id)s END,
-    heartbeat_at = CASE WHEN p.exhausted THEN j.heartbeat_at ELSE now() END,
-    started_at   = CASE WHEN p.exhausted THEN j.started_at ELSE now() END,
-    finished_at  = CASE WHEN p.exhausted THEN now() END,
-    worker_ids   = CASE WHEN p.exhausted THEN j.worker_ids
-                        ELSE j.worker_ids || to_jsonb(%(worker_id)s::text) END,
-    last_error   = CASE WHEN p.exhausted
-                        THEN 'lease expired on the last attempt (' || j.attempt || ' of '
-                             || j.max_attempts || '): worker ' || j.leased_by
-                             || ' stopped heartbeating'
-                        ELSE j.last_error END
-FROM picked AS p
-WHERE j.id = p.id
-RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.max_attempts,
-          j.queue, p.exhausted, j.last_error
+SELECT id, task_name, args, kwargs, attempt, max_attempts, queue, exhausted, last_error
+FROM claimed
+ORDER BY priority DESC, run_at, id
 """
 
 # -- heartbeat ---------------------------------------------------------------
@@ -176,8 +187,12 @@ LEFT JOIN renewed AS r ON r.id = h.id
 #: Write the outcome of many attempts in one statement: done, retry (back to
 #: queued, due after ``retry_delay`` seconds of database time), failed or
 #: cancelled. Each row is written only while the attempt still holds the job
-#: (id AND attempt AND running); the ids returned are the ones written, any
-#: other was a stale attempt whose outcome is dropped.
+#: (id AND attempt AND running). Returns ``(id, written)``: written true for
+#: the rows written; false for a row that is still this attempt's but locked
+#: by another transaction right now (skipped, not waited for, like the
+#: heartbeat: one locked row must not hold up every other outcome; the worker
+#: tries it again). Any other id is not returned: a stale attempt whose
+#: outcome is dropped.
 FINISH = """
 WITH outcome AS (
     SELECT *
@@ -186,28 +201,57 @@ WITH outcome AS (
         %(results)s::jsonb[], %(last_errors)s::text[], %(error_entries)s::jsonb[],
         %(retry_delays)s::float8[]
     ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay)
+),
+locked AS (
+    SELECT j.id
+    FROM leasejobs_job AS j
+    JOIN outcome AS o ON o.id = j.id AND o.attempt = j.attempt
+    WHERE j.status = 'running'
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+written AS (
+    UPDATE leasejobs_job AS j SET
+        status      = o.status,
+        result      = o.result,
+        last_error  = COALESCE(o.last_error, j.last_error),
+        errors      = CASE WHEN o.error_entry IS NULL THEN j.errors
+                           ELSE j.errors || jsonb_build_array(o.error_entry) END,
+        run_at      = CASE WHEN o.status = 'queued'
+                           THEN now() + make_interval(secs => o.retry_delay) ELSE j.run_at END,
+        finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE now() END,
+        lease_until = NULL
+    FROM locked AS l
+    JOIN outcome AS o ON o.id = l.id
+    WHERE j.id = l.id
+    RETURNING j.id
 )
-UPDATE leasejobs_job AS j SET
-    status      = o.status,
-    result      = o.result,
-    last_error  = COALESCE(o.last_error, j.last_error),
-    errors      = CASE WHEN o.error_entry IS NULL THEN j.errors
-                       ELSE j.errors || jsonb_build_array(o.error_entry) END,
-    run_at      = CASE WHEN o.status = 'queued'
-                       THEN now() + make_interval(secs => o.retry_delay) ELSE j.run_at END,
-    finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE now() END,
-    lease_until = NULL
+SELECT id, true FROM written
+UNION ALL
+SELECT o.id, false
 FROM outcome AS o
-WHERE j.id = o.id AND j.attempt = o.attempt AND j.status = 'running'
-RETURNING j.id
+WHERE NOT EXISTS (SELECT 1 FROM written AS w WHERE w.id = o.id)
+  AND EXISTS (
+      SELECT 1 FROM leasejobs_job AS j
+      WHERE j.id = o.id AND j.attempt = o.attempt AND j.status = 'running'
+  )
 """
 
 #: Give leases back at shutdown: the jobs are queued again and claimable at
 #: once (the next claim bumps the token, so this attempt stays fenced off).
+#: A row locked by another transaction is skipped, so a stuck lock cannot
+#: keep the worker from exiting; that lease runs out on its own.
 RELEASE = """
+WITH mine AS (
+    SELECT j.id
+    FROM leasejobs_job AS j
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+      ON h.id = j.id AND h.attempt = j.attempt
+    WHERE j.status = 'running'
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+)
 UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
-WHERE j.id = h.id AND j.attempt = h.attempt AND j.status = 'running'
+FROM mine
+WHERE j.id = mine.id
 RETURNING j.id
 """
 

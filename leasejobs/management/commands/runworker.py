@@ -40,6 +40,16 @@ def _not_negative(text: str) -> float:
 _not_negative.__name__ = "non-negative number"
 
 
+def _not_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+_not_negative_int.__name__ = "non-negative int"
+
+
 class Command(BaseCommand):
     help = (
         "Run a leasejobs worker: claim due jobs, run them in threads under a heartbeated lease, "
@@ -60,6 +70,13 @@ class Command(BaseCommand):
             default=4,
             metavar="N",
             help="Jobs run at once, one thread each (default 4).",
+        )
+        parser.add_argument(
+            "--prefetch",
+            type=_not_negative_int,
+            metavar="N",
+            help="Claim up to N jobs ahead of free slots, fewer as jobs get slower "
+            "(default LEASEJOBS['PREFETCH']; 0: free slots only).",
         )
         parser.add_argument(
             "--lease",
@@ -128,6 +145,7 @@ class Command(BaseCommand):
             burst=options["burst"],
             max_jobs=options["max_jobs"],
             grace_seconds=options["grace"],
+            prefetch=options["prefetch"],
         )
         if worker_id:
             result.worker_id = worker_id
