@@ -1,0 +1,73 @@
+"""manage.py leasejobs_bench runs real workers with tiny numbers and prints its figures."""
+
+import json
+import re
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from leasejobs.connection import database_url
+from leasejobs.models import Job
+
+TINY = [
+    "--jobs", "300", "--workers", "1,2", "--repeat", "1", "--enqueue-jobs", "200",
+    "--latency-jobs", "5", "--latency-rate", "50",
+    "--raw-sql", "--raw-batches", "1,10", "--raw-clients", "1", "--raw-jobs", "200",
+]  # fmt: skip
+
+
+@pytest.fixture
+def bench_env(transactional_db, monkeypatch):
+    """The bench's worker processes read the test database from DATABASE_URL."""
+    monkeypatch.setenv("DATABASE_URL", database_url())
+
+
+def bench(*args: str) -> str:
+    out = StringIO()
+    call_command("leasejobs_bench", *args, stdout=out)
+    return out.getvalue()
+
+
+def jobs_per_s(output: str, label: str) -> float:
+    match = re.search(re.escape(label) + r"\s+([\d,]+) jobs/s", output)
+    assert match, f"{label!r} not in:\n{output}"
+    return float(match.group(1).replace(",", ""))
+
+
+def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
+    output = bench(*TINY, "--worker-log-level", "warning")
+    for label in (
+        "enqueue, single (task.enqueue, Django connection)",
+        "enqueue, bulk (bulk_enqueue, 1,000 per call)",
+        "processing, 1 worker(s) x concurrency 4",
+        "processing, 2 worker(s) x concurrency 4",
+        "raw SQL limit, 1 per statement, 1 client(s)",
+        "raw SQL limit, 10 per statement, 1 client(s)",
+    ):
+        assert jobs_per_s(output, label) > 0
+    assert re.search(
+        r"latency enqueue-to-start p50 / p95 / p99 \(5 jobs\)\s+[\d.]+ / [\d.]+ / [\d.]+ ms", output
+    )
+    assert "workers logging at WARNING" in output
+    assert re.search(r"worker RSS, 1w c4 idle / 25% / end\s+[\d.]+ / ([\d.]+|-) / [\d.]+ MB", output)
+    assert not Job.objects.exists()
+
+
+def test_json_with_a_large_table_shows_the_claim_using_its_partial_index(bench_env):
+    output = bench("--json", "--jobs", "200", "--workers", "1", "--repeat", "1", "--enqueue-jobs", "0",
+                   "--latency-jobs", "0", "--table-rows", "2000", "--prefetch", "10")  # fmt: skip
+    results = json.loads(output)
+    empty, large = results["processing"]
+    assert (empty["table_rows"], large["table_rows"]) == (0, 2000)
+    assert empty["median"] > 0 and large["median"] > 0
+    # Claims and finishes change the status, which the claim index's predicate reads: never HOT.
+    assert large["updates"] == 2 * 200
+    assert "Index Scan using leasejobs_job_claim" in results["table"]["claim_plan"]
+    assert results["settings"]["prefetch"] == 10
+    assert not Job.objects.exists()
+
+
+def test_a_bad_option_is_refused():
+    with pytest.raises(CommandError, match="--workers"):
+        call_command("leasejobs_bench", "--workers", "0")
