@@ -1,0 +1,287 @@
+"""Run the same no-op workload on leasejobs, PgQueuer and procrastinate, back to back.
+
+Run it through ``run.sh`` (which makes the comparison virtualenv). What it
+does, for each queue, on the PostgreSQL server of ``DATABASE_URL``:
+
+- enqueue: 10,000 jobs one call each, then 10 calls of 1,000 (the peers'
+  bulk APIs; leasejobs' ``bulk_enqueue``);
+- processing: ``--jobs`` no-op jobs queued, then real worker processes of
+  that queue drain them; jobs/s runs from the first claim to the last
+  completion, from the timestamps each queue writes itself (leasejobs:
+  ``started_at``/``finished_at``; PgQueuer: ``pgqueuer_log`` picked and
+  successful; procrastinate: ``procrastinate_events`` started and
+  succeeded). The configurations are each peer's default and the best one
+  found in the project's peer benchmark (shared/research/peer-benchmark.md);
+- leasejobs goes through ``manage.py leasejobs_bench --json``, which also
+  measures the raw-SQL limit in the same run.
+
+Each peer gets a database of its own (``leasejobs_compare_<peer>``, dropped and
+created anew); leasejobs uses ``DATABASE_URL`` itself. The medians of
+``--repeat`` runs are printed as one table; ``--json-out`` keeps everything.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+VENV_BIN = Path(sys.executable).parent
+
+#: (label, processes, extra worker arguments): each peer's default, then its best.
+PGQUEUER_CONFIGS = [
+    ("default (batch 10), 1 process", 1, ["--batch-size", "10"]),
+    ("default (batch 10), 2 processes", 2, ["--batch-size", "10"]),
+    ("batch 50, 2 processes (best)", 2, ["--batch-size", "50"]),
+]
+PROCRASTINATE_CONFIGS = [
+    ("default (concurrency 1), 1 process", 1, ["--concurrency", "1"]),
+    ("concurrency 16, 2 processes (best)", 2, ["--concurrency", "16"]),
+]
+
+
+def peer_dsn(base: str, peer: str) -> str:
+    """``base`` with its database replaced by ``leasejobs_compare_<peer>``."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=f"/leasejobs_compare_{peer}"))
+
+
+def recreate_database(base: str, dsn: str) -> None:
+    name = urlsplit(dsn).path.lstrip("/")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def run_workers(commands: list[list[str]], env: dict[str, str], timeout: float) -> None:
+    """Start worker processes that exit once the queue is empty; wait for all."""
+    procs = [
+        subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for cmd in commands
+    ]
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"{commands[0][:3]}... did not drain the queue in {timeout:.0f} s") from None
+        if proc.returncode != 0:
+            tail = out.decode(errors="replace")[-2000:]
+            raise RuntimeError(f"{' '.join(commands[0][:4])} exited {proc.returncode}:\n{tail}")
+
+
+def timed(fn: Callable[[], None], jobs: int) -> float:
+    started = time.perf_counter()
+    fn()
+    return jobs / (time.perf_counter() - started)
+
+
+# -- PgQueuer ---------------------------------------------------------------------
+
+
+class PgQueuerBench:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.env = {**os.environ, "PEER_DSN": dsn, "PYTHONPATH": str(HERE)}
+        subprocess.run([str(VENV_BIN / "pgq"), "--pg-dsn", dsn, "install"], check=True, capture_output=True)
+
+    def reset(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE pgqueuer, pgqueuer_log")
+            conn.execute("VACUUM ANALYZE pgqueuer")
+
+    async def _enqueue(self, jobs: int, chunk: int | None) -> float:
+        import asyncpg
+        from pgqueuer import Queries
+        from pgqueuer.db import AsyncpgDriver
+
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            queries = Queries(AsyncpgDriver(conn))
+            started = time.perf_counter()
+            if chunk is None:
+                for _ in range(jobs):
+                    await queries.enqueue("noop", None)
+            else:
+                for _ in range(jobs // chunk):
+                    await queries.enqueue(["noop"] * chunk, [None] * chunk, [0] * chunk)
+            return jobs / (time.perf_counter() - started)
+        finally:
+            await conn.close()
+
+    def enqueue(self, jobs: int, chunk: int | None = None) -> float:
+        self.reset()
+        return asyncio.run(self._enqueue(jobs, chunk))
+
+    def process(self, jobs: int, processes: int, args: list[str]) -> float:
+        self.enqueue(jobs, 1000)
+        cmd = [sys.executable, str(HERE / "run_pgqueuer.py"), "peers:pgqueuer_factory", "--mode", "drain"]
+        run_workers([cmd + args] * processes, self.env, timeout=600)
+        with psycopg.connect(self.dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'successful'),"
+                " extract(epoch FROM max(created) FILTER (WHERE status = 'successful')"
+                "                  - min(created) FILTER (WHERE status = 'picked'))"
+                " FROM pgqueuer_log"
+            ).fetchone()
+        done, seconds = row
+        if done != jobs:
+            raise RuntimeError(f"PgQueuer finished {done} of {jobs} jobs")
+        return jobs / float(seconds)
+
+
+# -- procrastinate ----------------------------------------------------------------
+
+
+class ProcrastinateBench:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.env = {**os.environ, "PEER_DSN": dsn, "PYTHONPATH": str(HERE)}
+        self.cli = [str(VENV_BIN / "procrastinate"), "--app", "peers.procrastinate_app"]
+        schema = [*self.cli, "schema", "--apply"]
+        subprocess.run(schema, check=True, capture_output=True, env=self.env, cwd=HERE)
+
+    def reset(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE procrastinate_jobs, procrastinate_events CASCADE")
+            conn.execute("VACUUM ANALYZE procrastinate_jobs")
+
+    def enqueue(self, jobs: int, chunk: int | None = None) -> float:
+        import peers
+
+        self.reset()
+        app = peers.procrastinate_sync_app(self.dsn)
+        with app.open():
+            deferrer = app.configure_task("noop")
+            if chunk is None:
+                return timed(lambda: [deferrer.defer() for _ in range(jobs)], jobs)
+            return timed(lambda: [deferrer.batch_defer(*[{}] * chunk) for _ in range(jobs // chunk)], jobs)
+
+    def process(self, jobs: int, processes: int, args: list[str]) -> float:
+        self.enqueue(jobs, 1000)
+        cmd = [*self.cli, "--log-level", "warning", "worker", "--one-shot", *args]
+        run_workers([cmd] * processes, self.env, timeout=900)
+        with psycopg.connect(self.dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE type = 'succeeded'),"
+                " extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded')"
+                "                  - min(at) FILTER (WHERE type = 'started'))"
+                " FROM procrastinate_events"
+            ).fetchone()
+        done, seconds = row
+        if done != jobs:
+            raise RuntimeError(f"procrastinate finished {done} of {jobs} jobs")
+        return jobs / float(seconds)
+
+
+# -- leasejobs ----------------------------------------------------------------------
+
+
+def leasejobs(args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [
+        args.leasejobs_python,
+        str(args.project / "manage.py"),
+        "leasejobs_bench",
+        "--json",
+        "--jobs", str(args.jobs),
+        "--workers", "1,2",
+        "--concurrency", args.leasejobs_concurrency,
+        "--repeat", str(args.repeat),
+        "--enqueue-jobs", str(args.enqueue_jobs),
+        "--latency-jobs", "0",
+        "--raw-sql",
+        "--raw-batches", "1,10,50",
+        "--raw-clients", "1,2",
+        "--worker-log-level", args.leasejobs_log_level,
+    ]  # fmt: skip
+    out = subprocess.run(cmd, cwd=args.project, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--enqueue-jobs", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--project", type=Path, default=HERE.parent.parent)
+    parser.add_argument("--leasejobs-python", default=str(HERE.parent.parent / ".venv" / "bin" / "python"))
+    parser.add_argument("--leasejobs-concurrency", default="4")
+    parser.add_argument("--leasejobs-log-level", choices=["info", "warning"], default="info")
+    parser.add_argument("--only", choices=["leasejobs", "pgqueuer", "procrastinate"], action="append")
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    base = os.environ.get("DATABASE_URL")
+    if not base:
+        sys.exit("Set DATABASE_URL to a PostgreSQL database (leasejobs uses it; the peers get their own).")
+    only = set(args.only or ["leasejobs", "pgqueuer", "procrastinate"])
+    load = os.getloadavg()
+    rows: list[tuple[str, str, str, float, list[float]]] = []  # what, queue, config, median, runs
+    results: dict[str, Any] = {"load_before": load, "jobs": args.jobs, "repeat": args.repeat}
+
+    def measure(queue: str, config: str, what: str, fn: Callable[[], float]) -> None:
+        print(f"... {queue}: {what}, {config}", file=sys.stderr, flush=True)
+        runs = [fn() for _ in range(args.repeat)]
+        rows.append((what, queue, config, statistics.median(runs), runs))
+
+    if "leasejobs" in only:
+        print("... leasejobs: manage.py leasejobs_bench --json", file=sys.stderr, flush=True)
+        lj = results["leasejobs"] = leasejobs(args)
+        level = args.leasejobs_log_level.upper()
+        if "enqueue" in lj:
+            rows.append(("enqueue single", "leasejobs", "task.enqueue()", lj["enqueue"]["single"], []))
+            rows.append(("enqueue bulk", "leasejobs", "bulk_enqueue, 1,000/call", lj["enqueue"]["bulk"], []))
+        for f in lj["processing"]:
+            config = f"concurrency {f['concurrency']}, {f['workers']} process(es), logging {level}"
+            rows.append(("processing", "leasejobs", config, f["median"], f["runs"]))
+        for r in lj.get("raw_sql", []):
+            config = f"{r['batch']} per statement, {r['clients']} client(s)"
+            rows.append(("processing", "raw SQL limit", config, r["median"], r["runs"]))
+    peers: list[tuple[str, Any, list[tuple[str, int, list[str]]]]] = []
+    if "pgqueuer" in only:
+        dsn = peer_dsn(base, "pgqueuer")
+        recreate_database(base, dsn)
+        peers.append(("PgQueuer 1.6", PgQueuerBench(dsn), PGQUEUER_CONFIGS))
+    if "procrastinate" in only:
+        dsn = peer_dsn(base, "procrastinate")
+        recreate_database(base, dsn)
+        peers.append(("procrastinate 3.10", ProcrastinateBench(dsn), PROCRASTINATE_CONFIGS))
+    for name, peer, configs in peers:
+        if args.enqueue_jobs:
+            n = args.enqueue_jobs
+            measure(name, "one call per job", "enqueue single", lambda p=peer, n=n: p.enqueue(n))
+            measure(name, "1,000 per call", "enqueue bulk", lambda p=peer, n=n: p.enqueue(n, 1000))
+        for config, processes, extra in configs:
+            run = lambda p=peer, k=processes, e=extra: p.process(args.jobs, k, e)  # noqa: E731
+            measure(name, config, "processing", run)
+
+    results["rows"] = [{"what": w, "queue": q, "config": c, "median": m, "runs": r} for w, q, c, m, r in rows]
+    print(
+        f"\n{args.jobs:,} no-op jobs per processing run, median of {args.repeat}, "
+        f"load before {' '.join(f'{x:.2f}' for x in load)}\n"
+    )
+    width_q = max(len(r[1]) for r in rows)
+    width_c = max(len(r[2]) for r in rows)
+    for what in ("processing", "enqueue single", "enqueue bulk"):
+        print(what)
+        for _, q, c, median, runs in sorted((r for r in rows if r[0] == what), key=lambda r: -r[3]):
+            detail = f"  (runs: {', '.join(f'{x:,.0f}' for x in runs)})" if runs else ""
+            print(f"  {q:<{width_q}}  {c:<{width_c}}  {median:>9,.0f} jobs/s{detail}")
+        print()
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
