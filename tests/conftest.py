@@ -1,6 +1,6 @@
 """Fixtures shared by the suite: real worker processes against the test database."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -18,9 +18,9 @@ def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..
     """
     started: list[WorkerProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+    def start(*args: str, env: dict[str, str] | None = None, prefix: Sequence[str] = ()) -> WorkerProcess:
         log = tmp_path / f"worker-{len(started) + 1}.log"
-        worker = WorkerProcess(list(args), log, worker_env(**(env or {})))
+        worker = WorkerProcess(list(args), log, worker_env(**(env or {})), prefix)
         started.append(worker)
         return worker
 

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +33,20 @@ def wait_until(
 
 
 class WorkerProcess:
-    """A ``manage.py runworker`` started by a test, logging to a file."""
+    """A ``manage.py runworker`` started by a test, logging to a file.
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str]) -> None:
+    ``prefix`` runs it through another command that then execs it, such as
+    ``ip netns exec <ns>`` (so ``pid`` is still the worker's).
+    """
+
+    def __init__(
+        self, args: list[str], log_path: Path, env: dict[str, str], prefix: Sequence[str] = ()
+    ) -> None:
         self.args = args
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "runworker", *args],
+            [*prefix, sys.executable, str(ROOT / "manage.py"), "runworker", *args],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -1,0 +1,181 @@
+"""What every chaos scenario shares: a fleet of workers, the final check, the figures.
+
+A scenario enqueues ``tests.chaos.tasks.effect`` jobs, runs real ``runworker``
+processes while it breaks things, waits until no job is queued or running,
+and then calls ``check``: it reads the jobs, side effects, deliveries
+(``Sent``) and the workers' logs, returns the figures and asserts the
+guarantees (docs/guarantees.md).
+"""
+
+import re
+import secrets
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from django.db import connection
+
+from leasejobs.models import Job, SideEffect
+from tests.chaos.tasks import effect, effect_key
+from tests.helpers import WorkerProcess, wait_until
+from tests.testapp.models import BodyRun, Sent
+
+#: The worker processes of the chaos scenarios load tests.chaos.tasks.
+SETTINGS = "tests.chaos.settings"
+
+
+def database_call(read: Callable[[], Any], default: Any = None) -> Any:
+    """Run ``read`` on the test's own connection; ``default`` while the server is away.
+
+    A restarted server breaks this process's connection too; closing it makes
+    Django open a fresh one on the next query.
+    """
+    try:
+        return read()
+    except (psycopg.OperationalError, psycopg.InterfaceError, *_django_errors()):
+        connection.close()
+        return default
+
+
+def _django_errors() -> tuple[type[Exception], ...]:
+    from django.db import InterfaceError, OperationalError
+
+    return (OperationalError, InterfaceError)
+
+
+def enqueue_effects(count: int, seconds: float, queue: str = "default") -> list[int]:
+    """Enqueue ``count`` chaos jobs in one statement; return their ids."""
+    return [j.id for j in effect.using(queue=queue).bulk_enqueue([((seconds,), {}) for _ in range(count)])]
+
+
+def unfinished(job_ids: Sequence[int]) -> int:
+    """How many of these jobs are still queued or running (-1 while the server is away)."""
+    return database_call(
+        lambda: Job.objects.filter(id__in=job_ids, status__in=["queued", "running"]).count(), default=-1
+    )
+
+
+def wait_finished(job_ids: Sequence[int], timeout: float, what: str = "every job finished") -> None:
+    wait_until(lambda: unfinished(job_ids) == 0, timeout=timeout, interval=0.2, what=what)
+
+
+@dataclass
+class Fleet:
+    """The worker processes of one scenario, each with a known worker id.
+
+    Every worker the scenario ever started stays in ``started`` (its log is
+    read at the end, also after it was killed).
+    """
+
+    start_worker: Callable[..., WorkerProcess]
+    name: str
+    args: Sequence[str] = ()
+    started: list[WorkerProcess] = field(default_factory=list)
+    ids: dict[int, str] = field(default_factory=dict)  # pid -> worker id
+
+    def start(
+        self, *extra: str, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> WorkerProcess:
+        worker_id = f"{self.name}-{len(self.started) + 1}-{secrets.token_hex(2)}"
+        worker = self.start_worker(
+            *self.args,
+            *extra,
+            "--worker-id",
+            worker_id,
+            env={"DJANGO_SETTINGS_MODULE": SETTINGS, "CHAOS_WORKER_ID": worker_id, **(env or {})},
+            prefix=prefix,
+        )
+        self.started.append(worker)
+        self.ids[worker.pid] = worker_id
+        return worker
+
+    def worker_id(self, worker: WorkerProcess) -> str:
+        return self.ids[worker.pid]
+
+    def live(self) -> list[WorkerProcess]:
+        return [w for w in self.started if w.proc.poll() is None]
+
+    def wait_started(self, workers: Iterable[WorkerProcess] | None = None, timeout: float = 30) -> None:
+        for w in workers if workers is not None else self.live():
+            w.wait_for_log(r"worker started", timeout=timeout)
+
+    def stop_all(self, grace: float = 20) -> None:
+        """SIGCONT then SIGTERM every live worker; each must exit 0 (it carried on).
+
+        A worker still starting up is waited for first: before its handlers
+        are installed SIGTERM would simply end it.
+        """
+        live = self.live()
+        self.wait_started(live)
+        for w in live:
+            w.signal(signal.SIGCONT)
+            w.signal(signal.SIGTERM)
+        for w in live:
+            assert w.wait(timeout=grace) == 0, w.log()[-3000:]
+
+    def logs(self) -> str:
+        return "\n".join(w.log() for w in self.started)
+
+
+def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict[str, Any]:
+    """Figures of a finished scenario, then its guarantees asserted.
+
+    The figures are returned (and recorded by the caller) before the
+    assertions fail, so a failing run still shows what happened.
+    """
+    jobs = {j.id: j for j in Job.objects.filter(id__in=job_ids)}
+    keys = {effect_key(i): i for i in job_ids}
+    effects = dict(SideEffect.objects.filter(key__in=keys).values_list("key", "fencing_token"))
+    deliveries = Counter(Sent.objects.filter(key__in=keys).values_list("key", "attempt"))
+    delivered = Counter(key for key, _attempt in deliveries.elements())
+    logs = fleet.logs()
+    error_retries = sum(1 for j in jobs.values() for e in j.errors if e["attempt"] < j.attempt)
+    figures = {
+        "jobs": len(job_ids),
+        **scenario_figures,
+        "done": sum(j.status == "done" for j in jobs.values()),
+        "failed (attempts ran out)": sum(j.status == "failed" for j in jobs.values()),
+        "body runs": BodyRun.objects.filter(job_id__in=job_ids).count(),
+        "reclaims": sum(j.attempt - 1 for j in jobs.values() if j.attempt) - error_retries,
+        "retries after an error": error_retries,
+        "stale writes rejected": len(re.findall(r"stale write rejected job=", logs))
+        + len(re.findall(r"lease lost job=\d+ attempt=\d+ worker=\S+: stale \w+ dropped", logs)),
+        "leases found lost by a heartbeat": len(re.findall(r"heartbeat found the job taken over", logs)),
+        "duplicates found": sum(1 for n in delivered.values() if n > 1),
+        "workers": len(fleet.started),
+    }
+    problems: list[str] = []
+    missing = set(job_ids) - set(jobs)
+    if missing:
+        problems.append(f"{len(missing)} job(s) lost: {sorted(missing)[:10]}")
+    for j in jobs.values():
+        key = effect_key(j.id)
+        if j.status == "done":
+            # The finish came from the attempt that held the lease: its result names it.
+            if j.result != {"attempt": j.attempt, "worker": j.worker_ids[-1]}:
+                problems.append(f"job {j.id} attempt {j.attempt} {j.worker_ids}: result {j.result}")
+            if key not in effects or delivered[key] != 1:
+                problems.append(f"job {j.id}: side effect {effects.get(key)}, delivered {delivered[key]}x")
+        elif j.status == "failed":
+            if j.attempt != j.max_attempts or delivered[key] > 1:
+                problems.append(f"job {j.id} failed at attempt {j.attempt}/{j.max_attempts}: {j.last_error}")
+        else:
+            problems.append(f"job {j.id} is {j.status} at attempt {j.attempt}")
+    # Each side effect has exactly one delivery, by the attempt that recorded it.
+    if set(effects.items()) != set(deliveries) or figures["duplicates found"]:
+        problems.append(f"side effects {len(effects)} vs deliveries {sum(deliveries.values())}")
+    # A finish logged as written was written by the attempt the job ended with.
+    for job_id, attempt, worker in re.findall(r"done job=(\d+) attempt=(\d+) worker=(\S+)", logs):
+        j = jobs.get(int(job_id))
+        if j is not None and (j.attempt, j.worker_ids[-1]) != (int(attempt), worker):
+            problems.append(f"job {job_id}: done logged by attempt {attempt} of {worker}, ended {j.attempt}")
+    figures["problems"] = problems
+    return figures
+
+
+def figures_line(name: str, figures: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k} {v}" for k, v in figures.items() if k != "problems")
+    return f"{name}: {shown}"
