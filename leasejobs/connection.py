@@ -78,6 +78,9 @@ class WorkerConnection:
         if wait > 0:
             time.sleep(wait)
         params = connection_params()
+        # Ours replaces an application_name from DATABASES' OPTIONS: it names
+        # the purpose and worker that operators look for in pg_stat_activity.
+        params.pop("application_name", None)
         options = " ".join(filter(None, [params.pop("options", ""), self.session_settings]))
         # The worker runs the same few statements many times a second: each is
         # parsed and planned once per connection (prepared at first use). An
