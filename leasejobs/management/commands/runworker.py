@@ -1,6 +1,7 @@
 """``manage.py runworker``: run a leasejobs worker until stopped."""
 
 import logging
+import math
 import signal
 import sys
 from typing import Any
@@ -15,14 +16,14 @@ from leasejobs.worker import Worker, WorkerOptions
 
 
 def _positive(kind: type) -> Any:
-    """An argparse type: a number of ``kind`` greater than zero."""
+    """An argparse type: a finite number of ``kind`` greater than zero (not nan, not inf)."""
 
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise ValueError(text) from None
-        if value <= 0:
+        if not 0 < value < math.inf:
             raise ValueError(text)
         return value
 
@@ -32,7 +33,7 @@ def _positive(kind: type) -> Any:
 
 def _not_negative(text: str) -> float:
     value = float(text)
-    if value < 0:
+    if not 0 <= value < math.inf:
         raise ValueError(text)
     return value
 
