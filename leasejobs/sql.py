@@ -11,6 +11,19 @@ The fencing rule, in one sentence: every write made on behalf of an attempt
 matches the row on ``id AND attempt = <token> AND status = 'running'``, so
 once another claim has bumped ``attempt`` (or the job left ``running``) the
 stale attempt's write matches nothing.
+
+Heartbeat, finish and release must find each of their rows by primary key,
+whatever the table's statistics say: those lag behind a burst of enqueued
+jobs (autovacuum analyzes up to a minute later), and the planner then
+believes almost no row is running. With a plain join on ``status =
+'running'`` it walked the whole claim index for every batch (18 ms instead of
+2.5 ms to finish 100 jobs with 50,000 queued), or scanned the whole table.
+So each looks its rows up in a LATERAL subquery, one primary-key probe per
+id (the FOR UPDATE or LIMIT in it keeps the planner from flattening it into
+a join), and tests the status as ``status IS NOT DISTINCT FROM 'running'``:
+the same test, as the column is NOT NULL, but one the planner cannot match to
+the claim index's predicate (``status IN ('queued', 'running')``), so the
+primary key is the only index left for the probe.
 """
 
 # -- enqueue -----------------------------------------------------------------
@@ -156,11 +169,13 @@ WITH held AS (
          AS h(id, attempt, lease_seconds)
 ),
 locked AS (
-    SELECT j.id
-    FROM leasejobs_job AS j
-    JOIN held AS h ON h.id = j.id AND h.attempt = j.attempt
-    WHERE j.status = 'running'
-    FOR NO KEY UPDATE OF j SKIP LOCKED
+    SELECT l.id
+    FROM held AS h
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM leasejobs_job AS j
+        WHERE j.id = h.id AND j.attempt = h.attempt AND j.status IS NOT DISTINCT FROM 'running'
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS l
 ),
 renewed AS (
     UPDATE leasejobs_job AS j SET
@@ -174,12 +189,14 @@ renewed AS (
 SELECT h.id,
        r.id IS NOT NULL AS renewed,
        COALESCE(r.cancel_requested, false) AS cancel_requested,
-       r.id IS NOT NULL OR EXISTS (
-           SELECT 1 FROM leasejobs_job AS j
-           WHERE j.id = h.id AND j.attempt = h.attempt AND j.status = 'running'
-       ) AS held
+       r.id IS NOT NULL OR still.id IS NOT NULL AS held
 FROM held AS h
 LEFT JOIN renewed AS r ON r.id = h.id
+LEFT JOIN LATERAL (
+    SELECT j.id FROM leasejobs_job AS j
+    WHERE j.id = h.id AND j.attempt = h.attempt AND j.status IS NOT DISTINCT FROM 'running'
+    LIMIT 1
+) AS still ON true
 """
 
 # -- finish ------------------------------------------------------------------
@@ -203,11 +220,13 @@ WITH outcome AS (
     ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay)
 ),
 locked AS (
-    SELECT j.id
-    FROM leasejobs_job AS j
-    JOIN outcome AS o ON o.id = j.id AND o.attempt = j.attempt
-    WHERE j.status = 'running'
-    FOR NO KEY UPDATE OF j SKIP LOCKED
+    SELECT l.id
+    FROM outcome AS o
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM leasejobs_job AS j
+        WHERE j.id = o.id AND j.attempt = o.attempt AND j.status IS NOT DISTINCT FROM 'running'
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS l
 ),
 written AS (
     UPDATE leasejobs_job AS j SET
@@ -229,11 +248,12 @@ SELECT id, true FROM written
 UNION ALL
 SELECT o.id, false
 FROM outcome AS o
+CROSS JOIN LATERAL (
+    SELECT 1 FROM leasejobs_job AS j
+    WHERE j.id = o.id AND j.attempt = o.attempt AND j.status IS NOT DISTINCT FROM 'running'
+    LIMIT 1
+) AS still
 WHERE NOT EXISTS (SELECT 1 FROM written AS w WHERE w.id = o.id)
-  AND EXISTS (
-      SELECT 1 FROM leasejobs_job AS j
-      WHERE j.id = o.id AND j.attempt = o.attempt AND j.status = 'running'
-  )
 """
 
 #: Give leases back at shutdown: the jobs are queued again and claimable at
@@ -242,12 +262,13 @@ WHERE NOT EXISTS (SELECT 1 FROM written AS w WHERE w.id = o.id)
 #: keep the worker from exiting; that lease runs out on its own.
 RELEASE = """
 WITH mine AS (
-    SELECT j.id
-    FROM leasejobs_job AS j
-    JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
-      ON h.id = j.id AND h.attempt = j.attempt
-    WHERE j.status = 'running'
-    FOR NO KEY UPDATE OF j SKIP LOCKED
+    SELECT l.id
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM leasejobs_job AS j
+        WHERE j.id = h.id AND j.attempt = h.attempt AND j.status IS NOT DISTINCT FROM 'running'
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS l
 )
 UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL
 FROM mine
