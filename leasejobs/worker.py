@@ -63,8 +63,11 @@ FINISH_LINGER_SECONDS = 0.003
 
 #: A buffered job should start within this share of its lease (and within
 #: ``PREFETCH_MAX_WAIT_SECONDS``); the prefetch shrinks as jobs get slower.
+#: A tenth of a second keeps the jobs of one burst spread over the workers
+#: that are there to take them, yet lets a worker claim hundreds of
+#: millisecond jobs in one statement.
 PREFETCH_LEASE_SHARE = 0.1
-PREFETCH_MAX_WAIT_SECONDS = 1.0
+PREFETCH_MAX_WAIT_SECONDS = 0.1
 
 
 def default_worker_id() -> str:
@@ -254,7 +257,7 @@ class Worker:
         """How many jobs may wait in the buffer, given how long bodies take.
 
         Up to ``prefetch``, but only as many as the runners will start within
-        a tenth of the lease (and a second): a buffered job is claimed and
+        a tenth of a second (and of the lease): a buffered job is claimed and
         heartbeated, yet nobody works on it, so with slow jobs it would only
         keep them from idle workers elsewhere. Until a body has run, nothing
         is prefetched.
