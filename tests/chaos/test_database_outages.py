@@ -12,11 +12,17 @@ import random
 import time
 from collections import Counter
 
-import pytest
-
 from leasejobs.models import Job
 from tests.chaos import pgserver
-from tests.chaos.helpers import Fleet, check, database_call, enqueue_effects, unfinished, wait_finished
+from tests.chaos.helpers import (
+    Fleet,
+    cannot_run_here,
+    check,
+    database_call,
+    enqueue_effects,
+    unfinished,
+    wait_finished,
+)
 from tests.helpers import wait_until
 
 JOBS = 240
@@ -32,7 +38,7 @@ def test_postgresql_restarted_mid_run(start_worker, record_figures):
         server = pgserver.local_server()
         pgserver.refuse_if_shared()
     except pgserver.Unavailable as exc:
-        pytest.skip(str(exc))
+        cannot_run_here(str(exc))
     fleet = Fleet(start_worker, "restart", ["--lease", "2", "--concurrency", "4"])
     job_ids = enqueue_effects(JOBS, seconds=0.3)
     for _ in range(WORKERS):

@@ -12,11 +12,9 @@ import time
 from contextlib import ExitStack
 from urllib.parse import urlsplit
 
-import pytest
-
 from leasejobs.models import Job
 from tests.chaos import pgserver
-from tests.chaos.helpers import Fleet, check, enqueue_effects, wait_finished
+from tests.chaos.helpers import Fleet, cannot_run_here, check, enqueue_effects, wait_finished
 from tests.chaos.netns import CannotMakeNamespace, network_namespace
 from tests.chaos.tasks import effect
 from tests.helpers import database_url, wait_until
@@ -30,7 +28,7 @@ def test_a_worker_cut_off_past_its_lease_is_fenced_off_and_carries_on(start_work
             ns = stack.enter_context(network_namespace())
             stack.enter_context(pgserver.accepting(ns.host_address, ns.subnet))
         except (CannotMakeNamespace, pgserver.Unavailable) as exc:
-            pytest.skip(str(exc))
+            cannot_run_here(str(exc))
         url = urlsplit(database_url())
         userinfo = url.netloc.rpartition("@")[0]
         via_veth = url._replace(netloc=f"{userinfo}@{ns.host_address}:{url.port or 5432}")
