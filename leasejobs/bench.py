@@ -108,6 +108,16 @@ UPDATE {RAW_TABLE} AS j SET status = 'done', lease_until = NULL, finished_at = n
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS f(id, attempt)
 WHERE j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
 """
+#: Insert one job (the least an enqueue must do), prepared.
+RAW_INSERT = f"""
+INSERT INTO {RAW_TABLE} (status, priority, run_at, attempt, leased_by)
+VALUES ('queued', %(priority)s, now(), 0, '') RETURNING id
+"""
+#: Insert many jobs sent by the client in one statement.
+RAW_INSERT_MANY = f"""
+INSERT INTO {RAW_TABLE} (status, priority, run_at, attempt, leased_by)
+SELECT 'queued', p, now(), 0, '' FROM unnest(%(priorities)s::smallint[]) AS p RETURNING id
+"""
 #: What the worker's claim connection sets (see ``Worker.__init__``).
 CLAIM_SESSION = "-c enable_seqscan=off -c enable_bitmapscan=off"
 
@@ -580,6 +590,22 @@ class Bench:
         return int(row[0]) if row else 0
 
     # -- the raw-SQL limit
+
+    def raw_insert(self, jobs: int, per_statement: int) -> float:
+        """Jobs/s of bare prepared INSERTs on one connection, ``per_statement`` rows each."""
+        for statement in RAW_SETUP:
+            self.conn.execute(statement)
+        with connect() as conn:
+            started = time.perf_counter()
+            if per_statement == 1:
+                for _ in range(jobs):
+                    conn.execute(RAW_INSERT, {"priority": 0}).fetchall()
+            else:
+                for _ in range(max(1, jobs // per_statement)):
+                    conn.execute(RAW_INSERT_MANY, {"priorities": [0] * per_statement}).fetchall()
+            rate = max(1, jobs // per_statement) * per_statement / (time.perf_counter() - started)
+        self.conn.execute(f"DROP TABLE {RAW_TABLE}")
+        return rate
 
     def raw_sql(self, batch: int, clients: int, jobs: int) -> float:
         """Jobs/s of bare claim + finish statements, ``batch`` jobs per statement."""

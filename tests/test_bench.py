@@ -44,6 +44,8 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
         "processing, 2 worker(s) x concurrency 4",
         "raw SQL limit, 1 per statement, 1 client(s)",
         "raw SQL limit, 10 per statement, 1 client(s)",
+        "raw SQL limit, INSERT one job per statement",
+        "raw SQL limit, INSERT 1,000 jobs per statement",
     ):
         assert jobs_per_s(output, label) > 0
     assert re.search(

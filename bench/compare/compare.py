@@ -242,6 +242,10 @@ def main() -> None:
         if "enqueue" in lj:
             rows.append(("enqueue single", "leasejobs", "task.enqueue()", lj["enqueue"]["single"], []))
             rows.append(("enqueue bulk", "leasejobs", "bulk_enqueue, 1,000/call", lj["enqueue"]["bulk"], []))
+        if "raw_insert" in lj:
+            raw = lj["raw_insert"]
+            rows.append(("enqueue single", "raw SQL limit", "prepared INSERT, one row", raw["single"], []))
+            rows.append(("enqueue bulk", "raw SQL limit", "INSERT of 1,000 rows", raw["bulk"], []))
         for f in lj["processing"]:
             config = f"concurrency {f['concurrency']}, {f['workers']} process(es), logging {level}"
             rows.append(("processing", "leasejobs", config, f["median"], f["runs"]))

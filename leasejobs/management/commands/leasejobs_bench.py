@@ -175,6 +175,13 @@ class Command(BaseCommand):
                 "single": statistics.median(b.enqueue_single(n) for _ in range(repeat)),
                 "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
             }
+        if options["raw_sql"] and options["enqueue_jobs"]:
+            n = options["enqueue_jobs"]
+            self._step(options, f"raw SQL: insert {n:,} jobs, one and 1,000 per statement")
+            results["raw_insert"] = {
+                "single": statistics.median(b.raw_insert(n, 1) for _ in range(repeat)),
+                "bulk": statistics.median(b.raw_insert(n, 1000) for _ in range(repeat)),
+            }
         if options["raw_sql"]:
             results["raw_sql"] = []
             for batch in options["raw_batches"]:
@@ -249,6 +256,10 @@ def render(results: dict[str, Any]) -> str:
         rows.append(
             ("enqueue, bulk (bulk_enqueue, 1,000 per call)", _n(results["enqueue"]["bulk"]) + " jobs/s")
         )
+    if "raw_insert" in results:
+        raw = results["raw_insert"]
+        rows.append(("raw SQL limit, INSERT one job per statement", _n(raw["single"]) + " jobs/s"))
+        rows.append(("raw SQL limit, INSERT 1,000 jobs per statement", _n(raw["bulk"]) + " jobs/s"))
     for f in results["processing"]:
         label = f"processing, {f['workers']} worker(s) x concurrency {f['concurrency']}"
         if f["table_rows"]:
