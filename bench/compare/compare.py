@@ -218,7 +218,7 @@ def main() -> None:
     parser.add_argument("--project", type=Path, default=HERE.parent.parent)
     parser.add_argument("--leasejobs-python", default=str(HERE.parent.parent / ".venv" / "bin" / "python"))
     parser.add_argument("--leasejobs-concurrency", default="4")
-    parser.add_argument("--leasejobs-log-level", choices=["info", "warning"], default="info")
+    parser.add_argument("--leasejobs-log-level", default="warning,info", help="warning, info or both")
     parser.add_argument("--only", choices=["leasejobs", "pgqueuer", "procrastinate"], action="append")
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
@@ -238,7 +238,6 @@ def main() -> None:
     if "leasejobs" in only:
         print("... leasejobs: manage.py leasejobs_bench --json", file=sys.stderr, flush=True)
         lj = results["leasejobs"] = leasejobs(args)
-        level = args.leasejobs_log_level.upper()
         if "enqueue" in lj:
             rows.append(("enqueue single", "leasejobs", "task.enqueue()", lj["enqueue"]["single"], []))
             rows.append(("enqueue bulk", "leasejobs", "bulk_enqueue, 1,000/call", lj["enqueue"]["bulk"], []))
@@ -247,7 +246,7 @@ def main() -> None:
             rows.append(("enqueue single", "raw SQL limit", "prepared INSERT, one row", raw["single"], []))
             rows.append(("enqueue bulk", "raw SQL limit", "INSERT of 1,000 rows", raw["bulk"], []))
         for f in lj["processing"]:
-            config = f"concurrency {f['concurrency']}, {f['workers']} process(es), logging {level}"
+            config = f"concurrency {f['concurrency']}, {f['workers']} process(es), {f['log_level'].upper()}"
             rows.append(("processing", "leasejobs", config, f["median"], f["runs"]))
         for r in lj.get("raw_sql", []):
             config = f"{r['batch']} per statement, {r['clients']} client(s)"

@@ -27,6 +27,21 @@ def _counts(text: str) -> list[int]:
 _counts.__name__ = "comma-separated list of positive int"
 
 
+#: runworker's verbosity for each log level.
+VERBOSITY = {"warning": 0, "info": 1}
+
+
+def _log_levels(text: str) -> list[str]:
+    """An argparse type: warning, info, or both separated by a comma."""
+    levels = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not levels or any(level not in VERBOSITY for level in levels):
+        raise ValueError(text)
+    return levels
+
+
+_log_levels.__name__ = "log level (warning, info, or warning,info)"
+
+
 class Command(BaseCommand):
     help = (
         "Benchmark leasejobs on this database: enqueue (single and bulk), processing no-op jobs "
@@ -109,10 +124,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--worker-log-level",
-            choices=["warning", "info"],
-            default="info",
+            type=_log_levels,
+            default=["info"],
+            metavar="LEVEL[,LEVEL]",
             help="The workers' log level: info (runworker's default, one line per claim and finish, "
-            "to a file) or warning (runworker -v 0).",
+            "to a file) or warning (runworker -v 0); warning,info measures processing at both.",
         )
         parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
         parser.add_argument(
@@ -129,10 +145,7 @@ class Command(BaseCommand):
                 raise CommandError("--plot needs matplotlib: pip install matplotlib") from None
         if options["latency_rate"] <= 0:
             raise CommandError("--latency-rate must be positive.")
-        b = bench.Bench(
-            verbosity=0 if options["worker_log_level"] == "warning" else 1,
-            progress=not options["json"],
-        )
+        b = bench.Bench(verbosity=VERBOSITY[options["worker_log_level"][0]], progress=not options["json"])
         try:
             results = self._run(b, options)
         except RuntimeError as exc:
@@ -211,29 +224,34 @@ class Command(BaseCommand):
 
     def _processing(self, b: bench.Bench, options: dict[str, Any], table_rows: int) -> list[dict[str, Any]]:
         figures = []
-        for workers in options["workers"]:
-            for concurrency in options["concurrency"]:
-                self._step(
-                    options,
-                    f"processing {options['jobs']:,} jobs: {workers} worker(s) x concurrency {concurrency}"
-                    + (f", {table_rows:,} finished rows in the table" if table_rows else ""),
-                )
-                runs = [
-                    b.process(options["jobs"], workers, concurrency, options["prefetch"])
-                    for _ in range(options["repeat"])
-                ]
-                figures.append(
-                    {
-                        "workers": workers,
-                        "concurrency": concurrency,
-                        "table_rows": table_rows,
-                        "runs": [round(r["jobs_per_s"]) for r in runs],
-                        "median": bench.median_of(runs),
-                        "updates": sum(r["updates"] for r in runs),
-                        "hot_updates": sum(r["hot_updates"] for r in runs),
-                        "rss_mb": runs[-1]["rss_mb"],
-                    }
-                )
+        for level in options["worker_log_level"]:
+            b.verbosity = VERBOSITY[level]
+            for workers in options["workers"]:
+                for concurrency in options["concurrency"]:
+                    self._step(
+                        options,
+                        f"processing {options['jobs']:,} jobs: {workers} worker(s) x concurrency "
+                        f"{concurrency}, logging {level.upper()}"
+                        + (f", {table_rows:,} finished rows in the table" if table_rows else ""),
+                    )
+                    runs = [
+                        b.process(options["jobs"], workers, concurrency, options["prefetch"])
+                        for _ in range(options["repeat"])
+                    ]
+                    figures.append(
+                        {
+                            "workers": workers,
+                            "concurrency": concurrency,
+                            "log_level": level,
+                            "table_rows": table_rows,
+                            "runs": [round(r["jobs_per_s"]) for r in runs],
+                            "median": bench.median_of(runs),
+                            "updates": sum(r["updates"] for r in runs),
+                            "hot_updates": sum(r["hot_updates"] for r in runs),
+                            "rss_mb": runs[-1]["rss_mb"],
+                        }
+                    )
+        b.verbosity = VERBOSITY[options["worker_log_level"][0]]
         return figures
 
 
@@ -261,7 +279,9 @@ def render(results: dict[str, Any]) -> str:
         rows.append(("raw SQL limit, INSERT one job per statement", _n(raw["single"]) + " jobs/s"))
         rows.append(("raw SQL limit, INSERT 1,000 jobs per statement", _n(raw["bulk"]) + " jobs/s"))
     for f in results["processing"]:
-        label = f"processing, {f['workers']} worker(s) x concurrency {f['concurrency']}"
+        label = (
+            f"processing, {f['workers']} worker(s) x concurrency {f['concurrency']}, {f['log_level'].upper()}"
+        )
         if f["table_rows"]:
             label += f", {f['table_rows']:,} finished rows"
         runs = ", ".join(_n(r) for r in f["runs"])
@@ -310,7 +330,8 @@ def render(results: dict[str, Any]) -> str:
         f"leasejobs_bench  {m['time']}  PostgreSQL {m['postgresql']}  {m['cpus']} CPUs  "
         f"load {' '.join(str(x) for x in m['load_before'])}",
         f"{s['jobs']:,} no-op jobs per processing run, median of {s['repeat']}, workers logging at "
-        f"{s['worker_log_level'].upper()}, prefetch {'default' if s['prefetch'] is None else s['prefetch']}",
+        f"{' and '.join(s['worker_log_level']).upper()}, "
+        f"prefetch {'default' if s['prefetch'] is None else s['prefetch']}",
         "",
     ]
     lines += [f"{label:<{width}}  {value}" for label, value in rows]
@@ -332,13 +353,18 @@ def plot(results: dict[str, Any], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     figures = [f for f in results["processing"] if not f["table_rows"]]
-    for workers in sorted({f["workers"] for f in figures}):
-        points = sorted((f["concurrency"], f["median"]) for f in figures if f["workers"] == workers)
+    for workers, level in sorted({(f["workers"], f["log_level"]) for f in figures}):
+        points = sorted(
+            (f["concurrency"], f["median"])
+            for f in figures
+            if (f["workers"], f["log_level"]) == (workers, level)
+        )
         ax.plot(
             [c for c, _ in points],
             [v for _, v in points],
             marker="o",
-            label=f"leasejobs, {workers} worker process{'es' if workers > 1 else ''}",
+            linestyle="-" if level == "warning" else ":",
+            label=f"leasejobs, {workers} worker process{'es' if workers > 1 else ''}, {level.upper()}",
         )
     for r in results.get("raw_sql", []):
         if r["clients"] == max(x["clients"] for x in results["raw_sql"]) and r["batch"] > 1:
