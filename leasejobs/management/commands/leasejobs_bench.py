@@ -366,23 +366,33 @@ def plot(results: dict[str, Any], path: str) -> None:
             linestyle="-" if level == "warning" else ":",
             label=f"leasejobs, {workers} worker process{'es' if workers > 1 else ''}, {level.upper()}",
         )
-    for r in results.get("raw_sql", []):
-        if r["clients"] == max(x["clients"] for x in results["raw_sql"]) and r["batch"] > 1:
+    ax.set_xscale("log", base=2)
+    ticks = sorted({f["concurrency"] for f in figures})
+    ax.set_xticks(ticks, labels=[str(t) for t in ticks])
+    ax.set_ylim(bottom=0)
+    raw = results.get("raw_sql", [])
+    clients = max((r["clients"] for r in raw), default=0)
+    for r in raw:
+        if r["clients"] == clients and r["batch"] > 1:
             ax.axhline(r["median"], linestyle="--", linewidth=0.8, color="grey")
-            ax.annotate(
-                f"raw SQL, {r['batch']}/statement, {r['clients']} clients",
-                (ax.get_xlim()[0], r["median"]),
+            ax.text(
+                0.01,
+                r["median"],
+                f"raw SQL limit, {r['batch']} jobs per statement, {clients} clients",
+                transform=ax.get_yaxis_transform(),
                 fontsize=7,
                 color="grey",
                 va="bottom",
             )
-    ax.set_xscale("log", base=2)
     ax.set_xlabel("--concurrency (runner threads per worker)")
     ax.set_ylabel("no-op jobs/s")
     m = results["machine"]
-    ax.set_title(f"leasejobs throughput, {m['cpus']} CPUs, PostgreSQL {m['postgresql']}", fontsize=10)
+    ax.set_title(
+        f"no-op jobs drained by runworker, {m['cpus']} CPUs, PostgreSQL {m['postgresql'].split()[0]}",
+        fontsize=10,
+    )
     ax.grid(True, which="both", linewidth=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
