@@ -23,6 +23,19 @@ logger = logging.getLogger("leasejobs.worker")
 #: Errors that mean "this connection is gone", not "this statement is wrong".
 CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 
+#: A worker must notice a dead link (a network cut, a host gone) in seconds,
+#: not after the kernel's 15 minutes of retransmissions: TCP keepalives probe
+#: idle connections (the listener's), ``tcp_user_timeout`` (ms) drops a
+#: connection whose sent data stays unacknowledged. The loops then reconnect
+#: and carry on. DATABASES OPTIONS win over these.
+LINK_CHECKS = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+
 
 def connection_params() -> dict[str, Any]:
     """psycopg connect() arguments for Django's default database.
@@ -34,6 +47,8 @@ def connection_params() -> dict[str, Any]:
     for django_only in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(django_only, None)
     params.setdefault("connect_timeout", 5)
+    for name, value in LINK_CHECKS.items():
+        params.setdefault(name, value)
     return params
 
 

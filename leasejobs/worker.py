@@ -70,6 +70,11 @@ PREFETCH_LEASE_SHARE = 0.1
 PREFETCH_MAX_WAIT_SECONDS = 0.1
 
 
+#: How long a claim or finish waits for a table-level lock before it gives
+#: up and tries again later (row locks are skipped, never waited for).
+LOCK_TIMEOUT_MS = 5000
+
+
 def default_worker_id() -> str:
     """Host, pid and a random suffix: unique per process, never reused."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -169,8 +174,14 @@ class Worker:
         # queued row and sort them: 40 ms instead of 2 ms per claim at 50,000
         # queued jobs, and worse as the queue grows. This connection runs
         # nothing but the claim, so it simply takes the other plans away.
+        # Claims and finishes skip locked rows; a lock on the whole table (a
+        # migration's ALTER TABLE) must not wedge them either: they give up
+        # after LOCK_TIMEOUT and try again on their next turn.
+        lock_timeout = f"-c lock_timeout={LOCK_TIMEOUT_MS}"
         self._claim_db = WorkerConnection(
-            "claim", self.worker_id, session_settings="-c enable_seqscan=off -c enable_bitmapscan=off"
+            "claim",
+            self.worker_id,
+            session_settings=f"-c enable_seqscan=off -c enable_bitmapscan=off {lock_timeout}",
         )
         # A heartbeat never waits long: not on a lock, not on a slow server.
         beat_timeout = max(1000, int(self._beat_interval(self.lease_seconds) * 1000))
@@ -179,7 +190,7 @@ class Worker:
             self.worker_id,
             session_settings=f"-c statement_timeout={beat_timeout} -c lock_timeout={beat_timeout}",
         )
-        self._finish_db = WorkerConnection("finish", self.worker_id)
+        self._finish_db = WorkerConnection("finish", self.worker_id, session_settings=lock_timeout)
         self._threads: list[threading.Thread] = []
 
     # -- life cycle ------------------------------------------------------------

@@ -302,3 +302,29 @@ def test_a_cancel_request_reaches_the_running_body_through_the_heartbeat(start_w
     wait_until(lambda: job_now(job).status == "cancelled", what="body sees the cancel and stops")
     assert job_now(job).result == "stopped"
     worker.wait_for_log(rf"cancel requested job={job.id} attempt=1")
+
+
+def test_a_table_lock_delays_the_worker_but_does_not_wedge_it(start_worker):
+    """A migration's ALTER TABLE holds the whole table: claims give up and come back."""
+    import threading
+
+    import psycopg
+
+    from leasejobs.connection import connection_params
+
+    worker = start_worker("--lease", "2", "--grace", "1")
+    worker.wait_for_log("worker started")
+    first = record.enqueue("before the lock")
+    wait_until(lambda: job_now(first).status == "done", what="worker runs a job")
+    locker = psycopg.connect(**connection_params())
+    try:
+        locker.execute("LOCK TABLE leasejobs_job IN ACCESS EXCLUSIVE MODE")
+        threading.Timer(7.0, locker.rollback).start()
+        worker.wait_for_log(r"claim failed worker=\S+: LockNotAvailable", timeout=15)
+    finally:
+        wait_until(lambda: locker.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, timeout=15)
+        locker.close()
+    later = record.enqueue("after the lock")
+    wait_until(lambda: job_now(later).status == "done", what="worker runs jobs again")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 0
