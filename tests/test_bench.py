@@ -52,7 +52,7 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
         r"latency enqueue-to-start p50 / p95 / p99 \(5 jobs\)\s+[\d.]+ / [\d.]+ / [\d.]+ ms", output
     )
     assert "workers logging at WARNING" in output
-    assert re.search(r"worker RSS, 1w c4 idle / 25% / end\s+[\d.]+ / ([\d.]+|-) / [\d.]+ MB", output)
+    assert re.search(r"worker RSS, 1w c4 WARNING idle / 25% / end\s+[\d.]+ / ([\d.]+|-) / [\d.]+ MB", output)
     assert not Job.objects.exists()
 
 

@@ -301,8 +301,8 @@ def render(results: dict[str, Any]) -> str:
         if f["updates"]:
             rows.append(
                 (
-                    f"HOT updates / updates, processing {f['workers']}w c{f['concurrency']}"
-                    + (" (large table)" if f["table_rows"] else ""),
+                    f"HOT updates / updates, processing {f['workers']}w c{f['concurrency']} "
+                    f"{f['log_level'].upper()}" + (" (large table)" if f["table_rows"] else ""),
                     f"{f['hot_updates']:,} / {f['updates']:,}",
                 )
             )
@@ -319,7 +319,7 @@ def render(results: dict[str, Any]) -> str:
         r = f["rss_mb"]
         rows.append(
             (
-                f"worker RSS, {f['workers']}w c{f['concurrency']}"
+                f"worker RSS, {f['workers']}w c{f['concurrency']} {f['log_level'].upper()}"
                 + (" (large table)" if f["table_rows"] else "")
                 + " idle / 25% / end",
                 f"{r['idle']} / {r['at_25pct'] or '-'} / {r['end']} MB",
@@ -353,7 +353,11 @@ def plot(results: dict[str, Any], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     figures = [f for f in results["processing"] if not f["table_rows"]]
-    for workers, level in sorted({(f["workers"], f["log_level"]) for f in figures}):
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    worker_counts = sorted({f["workers"] for f in figures})
+    for workers, level in sorted(
+        {(f["workers"], f["log_level"]) for f in figures}, key=lambda k: (k[1], k[0])
+    ):
         points = sorted(
             (f["concurrency"], f["median"])
             for f in figures
@@ -363,15 +367,17 @@ def plot(results: dict[str, Any], path: str) -> None:
             [c for c, _ in points],
             [v for _, v in points],
             marker="o",
+            color=colors[worker_counts.index(workers) % len(colors)],
             linestyle="-" if level == "warning" else ":",
             label=f"leasejobs, {workers} worker process{'es' if workers > 1 else ''}, {level.upper()}",
         )
     ax.set_xscale("log", base=2)
     ticks = sorted({f["concurrency"] for f in figures})
     ax.set_xticks(ticks, labels=[str(t) for t in ticks])
-    ax.set_ylim(bottom=0)
     raw = results.get("raw_sql", [])
     clients = max((r["clients"] for r in raw), default=0)
+    highest = max([f["median"] for f in figures] + [r["median"] for r in raw if r["clients"] == clients])
+    ax.set_ylim(0, highest * 1.12)
     for r in raw:
         if r["clients"] == clients and r["batch"] > 1:
             ax.axhline(r["median"], linestyle="--", linewidth=0.8, color="grey")
@@ -392,7 +398,7 @@ def plot(results: dict[str, Any], path: str) -> None:
         fontsize=10,
     )
     ax.grid(True, which="both", linewidth=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1, 0.93))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
