@@ -7,3 +7,6 @@ class LeaseJobsConfig(AppConfig):
     name = "leasejobs"
     verbose_name = "Lease jobs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from leasejobs import checks  # noqa: F401  (registers the system checks)

@@ -1,6 +1,8 @@
 """The ``LEASEJOBS`` setting, with its defaults.
 
 Read at call time (not import time) so ``override_settings`` works in tests.
+Unknown keys are reported by the system check ``leasejobs.E002`` (see
+``leasejobs.checks``), once at start-up, not on every enqueue.
 """
 
 from typing import Any
@@ -34,12 +36,10 @@ DEFAULTS: dict[str, Any] = {
 
 def get(name: str) -> Any:
     """Return one LEASEJOBS setting, falling back to its default."""
-    user = getattr(settings, "LEASEJOBS", {}) or {}
-    unknown = set(user) - set(DEFAULTS)
-    if unknown:
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured(
-            f"Unknown LEASEJOBS setting(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}."
-        )
+    user = getattr(settings, "LEASEJOBS", None) or {}
     return user.get(name, DEFAULTS[name])
+
+
+def unknown_keys() -> list[str]:
+    """Keys of LEASEJOBS that leasejobs does not know (typos, most likely)."""
+    return sorted(set(getattr(settings, "LEASEJOBS", None) or {}) - set(DEFAULTS))

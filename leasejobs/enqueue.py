@@ -50,6 +50,21 @@ def encode_json(value: Any, what: str) -> str:
         raise TypeError(f"{what} must be JSON (lists, dicts, str, int, float, bool, None): {exc}") from exc
 
 
+def _payload(task_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
+    """The JSON of one job's arguments, refused if not JSON or too large."""
+    args_json = encode_json(list(args), f"the arguments of {task_name}")
+    kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
+    limit = conf.get("MAX_PAYLOAD_BYTES")
+    size = len(args_json) + len(kwargs_json)  # json.dumps escapes to ASCII: chars are bytes
+    if size > limit:
+        raise ValueError(
+            f"the arguments of {task_name} are {size} bytes of JSON, over the "
+            f"LEASEJOBS['MAX_PAYLOAD_BYTES'] limit of {limit}; store large data "
+            "elsewhere and pass its id."
+        )
+    return args_json, kwargs_json
+
+
 def build(
     task_name: str,
     args: Sequence[Any],
@@ -63,16 +78,7 @@ def build(
     idempotency_key: str | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
-    args_json = encode_json(list(args), f"the arguments of {task_name}")
-    kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
-    limit = conf.get("MAX_PAYLOAD_BYTES")
-    size = len(args_json.encode()) + len(kwargs_json.encode())
-    if size > limit:
-        raise ValueError(
-            f"the arguments of {task_name} are {size} bytes of JSON, over the "
-            f"LEASEJOBS['MAX_PAYLOAD_BYTES'] limit of {limit}; store large data "
-            "elsewhere and pass its id."
-        )
+    args_json, kwargs_json = _payload(task_name, args, kwargs)
     if not isinstance(queue, str) or not queue or len(queue) > QUEUE_MAX_LENGTH:
         raise ValueError(f"queue must be a non-empty string of at most {QUEUE_MAX_LENGTH} characters.")
     low, high = PRIORITY_RANGE
@@ -110,25 +116,71 @@ def build(
     )
 
 
+def build_many(
+    task_name: str, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]], **options: Any
+) -> list[JobSpec]:
+    """``build`` for many calls of one task with the same options.
+
+    The options are checked once; each call only has its arguments encoded,
+    which is what keeps a bulk enqueue of thousands of jobs cheap.
+    """
+    template = build(task_name, [], {}, **options)
+    specs = []
+    for args, kwargs in calls:
+        args_json, kwargs_json = _payload(task_name, args, kwargs)
+        specs.append(
+            JobSpec(
+                task_name=task_name,
+                args=list(args),
+                kwargs=dict(kwargs),
+                args_json=args_json,
+                kwargs_json=kwargs_json,
+                queue=template.queue,
+                priority=template.priority,
+                max_attempts=template.max_attempts,
+                run_at=template.run_at,
+                delay=template.delay,
+                idempotency_key=template.idempotency_key,
+            )
+        )
+    return specs
+
+
 def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetime) -> Job:
-    """The Job a fresh insert made, without reading it back."""
-    job = Job(
-        id=job_id,
-        task_name=spec.task_name,
-        queue=spec.queue,
-        priority=spec.priority,
-        args=spec.args,
-        kwargs=spec.kwargs,
-        status=Job.Status.QUEUED,
-        attempt=0,
-        max_attempts=spec.max_attempts,
-        run_at=run_at,
-        idempotency_key=spec.idempotency_key,
-        created_at=created_at,
-    )
-    job._state.adding = False
-    job._state.db = DB_ALIAS
-    return job
+    """The Job a fresh insert made, without reading it back.
+
+    Built with ``Model.from_db``, as Django builds rows it reads: more than
+    twice as fast as keyword construction, which counts in a bulk enqueue.
+    """
+    values = {
+        "id": job_id,
+        "task_name": spec.task_name,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "args": spec.args,
+        "kwargs": spec.kwargs,
+        "status": Job.Status.QUEUED,
+        "attempt": 0,
+        "max_attempts": spec.max_attempts,
+        "run_at": run_at,
+        "lease_until": None,
+        "leased_by": "",
+        "heartbeat_at": None,
+        "cancel_requested": False,
+        "idempotency_key": spec.idempotency_key,
+        "last_error": "",
+        "errors": [],
+        "worker_ids": [],
+        "result": None,
+        "created_at": created_at,
+        "started_at": None,
+        "finished_at": None,
+    }
+    return Job.from_db(DB_ALIAS, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
+
+
+#: Job's columns in model order, as ``Model.from_db`` takes them.
+_JOB_FIELDS = [f.attname for f in Job._meta.concrete_fields]
 
 
 def insert(spec: JobSpec) -> Job:

@@ -92,7 +92,17 @@ class Task:
         """Insert one job per ``(args, kwargs)`` pair in one round trip."""
         if self.idempotency_key is not None:
             raise ValueError("bulk_enqueue cannot share one idempotency_key between jobs.")
-        return enqueue.insert_many(self._spec(args, kwargs) for args, kwargs in calls)
+        return enqueue.insert_many(
+            enqueue.build_many(
+                self.name,
+                calls,
+                queue=self.queue,
+                priority=self.priority,
+                max_attempts=self.max_attempts,
+                run_at=self.run_at,
+                delay=self.delay,
+            )
+        )
 
 
 def register(task: Task) -> Task:
