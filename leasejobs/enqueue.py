@@ -10,7 +10,7 @@ checked here, where the caller can still see the error.
 import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import connections
@@ -129,18 +129,8 @@ def build_many(
     for args, kwargs in calls:
         args_json, kwargs_json = _payload(task_name, args, kwargs)
         specs.append(
-            JobSpec(
-                task_name=task_name,
-                args=list(args),
-                kwargs=dict(kwargs),
-                args_json=args_json,
-                kwargs_json=kwargs_json,
-                queue=template.queue,
-                priority=template.priority,
-                max_attempts=template.max_attempts,
-                run_at=template.run_at,
-                delay=template.delay,
-                idempotency_key=template.idempotency_key,
+            replace(
+                template, args=list(args), kwargs=dict(kwargs), args_json=args_json, kwargs_json=kwargs_json
             )
         )
     return specs

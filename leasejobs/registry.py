@@ -67,18 +67,16 @@ class Task:
         }
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
-    def _spec(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> enqueue.JobSpec:
-        return enqueue.build(
-            self.name,
-            args,
-            kwargs,
-            queue=self.queue,
-            priority=self.priority,
-            max_attempts=self.max_attempts,
-            run_at=self.run_at,
-            delay=self.delay,
-            idempotency_key=self.idempotency_key,
-        )
+    def _options(self) -> dict[str, Any]:
+        """The enqueue options this task (or this ``using`` copy) carries."""
+        return {
+            "queue": self.queue,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "run_at": self.run_at,
+            "delay": self.delay,
+            "idempotency_key": self.idempotency_key,
+        }
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
         """Insert a job for this task in the caller's transaction; return it.
@@ -86,23 +84,13 @@ class Task:
         With an ``idempotency_key`` (see ``using``) already used by a job,
         that job is returned and nothing is inserted.
         """
-        return enqueue.insert(self._spec(args, kwargs))
+        return enqueue.insert(enqueue.build(self.name, args, kwargs, **self._options()))
 
     def bulk_enqueue(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
         """Insert one job per ``(args, kwargs)`` pair in one round trip."""
         if self.idempotency_key is not None:
             raise ValueError("bulk_enqueue cannot share one idempotency_key between jobs.")
-        return enqueue.insert_many(
-            enqueue.build_many(
-                self.name,
-                calls,
-                queue=self.queue,
-                priority=self.priority,
-                max_attempts=self.max_attempts,
-                run_at=self.run_at,
-                delay=self.delay,
-            )
-        )
+        return enqueue.insert_many(enqueue.build_many(self.name, calls, **self._options()))
 
 
 def register(task: Task) -> Task:
