@@ -168,16 +168,16 @@ class Worker:
         self._grace_deadline: float | None = None
         self.counts = {"claimed": 0, "done": 0, "retried": 0, "failed": 0, "lost_leases": 0}
         self._is_async: dict[str, bool] = {}
+        # Claims and finishes skip locked rows; a lock on the whole table (a
+        # migration's ALTER TABLE) must not wedge them either: they give up
+        # after LOCK_TIMEOUT_MS and try again on their next turn.
+        lock_timeout = f"-c lock_timeout={LOCK_TIMEOUT_MS}"
         # The claim must walk its partial index in claim order and stop after
         # LIMIT rows. Right after a bulk enqueue the table's statistics still
         # say "a few rows", and the planner then prefers to read every
         # queued row and sort them: 40 ms instead of 2 ms per claim at 50,000
         # queued jobs, and worse as the queue grows. This connection runs
         # nothing but the claim, so it simply takes the other plans away.
-        # Claims and finishes skip locked rows; a lock on the whole table (a
-        # migration's ALTER TABLE) must not wedge them either: they give up
-        # after LOCK_TIMEOUT and try again on their next turn.
-        lock_timeout = f"-c lock_timeout={LOCK_TIMEOUT_MS}"
         self._claim_db = WorkerConnection(
             "claim",
             self.worker_id,
