@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -328,7 +328,6 @@ class Bench:
 
     verbosity: int = 0  # of the worker processes: 0 is WARNING, 1 is INFO
     progress: bool = True
-    say: Callable[[str], None] = lambda _: None
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="leasejobs-bench-")))
     _runs: int = 0
 

@@ -10,7 +10,7 @@ checked here, where the caller can still see the error.
 import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import connections
@@ -39,7 +39,6 @@ class JobSpec:
     run_at: dt.datetime | None
     delay: float
     idempotency_key: str | None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def encode_json(value: Any, what: str) -> str:
