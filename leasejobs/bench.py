@@ -400,6 +400,7 @@ class Bench:
                 {
                     "queues": [QUEUE],
                     "limit": 100,
+                    "counted": 4,
                     "lease_seconds": 30.0,
                     "task_leases": Jsonb({}),
                     "worker_id": "bench-explain",

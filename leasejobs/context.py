@@ -9,7 +9,7 @@ either thread may look at any time, and nobody waits on them (a
 
 import contextvars
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +17,9 @@ from typing import Any
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.enqueue import DB_ALIAS, KEY_MAX_LENGTH, encode_json
+from leasejobs.enqueue import DB_ALIAS, KEY_MAX_LENGTH
 from leasejobs.exceptions import LeaseLost
+from leasejobs.values import one_line, stored_json
 
 logger = logging.getLogger("leasejobs.worker")
 
@@ -44,6 +45,10 @@ class JobContext:
     worker_id: str
     task_name: str = ""
     queue: str = "default"
+    #: The lease this attempt holds (renewed as a side-effect block commits).
+    lease_seconds: float = 30.0
+    #: Called when a side-effect block ends, so the worker heartbeats soon.
+    after_side_effect: Callable[[], None] | None = field(default=None, repr=False)
     _lease_lost: bool = field(default=False, repr=False)
     _cancel_requested: bool = field(default=False, repr=False)
 
@@ -73,41 +78,60 @@ class JobContext:
         """Record side effect ``key`` for this attempt, at most once ever.
 
         In one transaction: lock the job row, check that this attempt still
-        holds it (``attempt`` equals the token, status running), and insert
-        the key unless it exists. A failed check raises ``LeaseLost`` and
-        records nothing. The block runs inside the transaction, so its own
-        database writes commit with the record, and an exception in it rolls
-        the record back. While the block runs, the job cannot be taken over.
+        holds it (``attempt`` equals the token, this worker holds it, status
+        running), and insert the key unless it exists. A failed check raises
+        ``LeaseLost`` and records nothing. The block runs inside the
+        transaction, so its own database writes commit with the record, and an
+        exception in it rolls the record back. While the block runs, the job
+        cannot be taken over; when it ends, the lease is renewed in the same
+        transaction (heartbeats cannot touch the row while the block holds it),
+        so a block longer than the lease still commits holding a live lease.
+        The commit is synchronous whatever ``synchronous_commit`` says.
         """
         if not isinstance(key, str) or not key or len(key) > KEY_MAX_LENGTH:
             raise ValueError(
                 f"a side-effect key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
             )
-        data_json = None if data is None else encode_json(data, f"the data of side effect {key!r}")
-        with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
-            cursor.execute(sql.FENCE_CHECK, {"job_id": self.job_id})
-            row = cursor.fetchone()
-            if row is None or row[0] != self.attempt or row[1] != "running":
-                self.mark_lease_lost()
-                now = "gone" if row is None else f"at attempt {row[0]}, {row[1]}"
-                logger.warning(
-                    "stale write rejected job=%s attempt=%s worker=%s key=%r: the job is %s",
-                    self.job_id,
-                    self.attempt,
-                    self.worker_id,
-                    key,
-                    now,
+        data_json = None if data is None else stored_json(data, f"the data of side effect {key!r}")
+        fence = {"job_id": self.job_id, "attempt": self.attempt, "worker_id": self.worker_id}
+        try:
+            with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+                cursor.execute(sql.FENCE_CHECK, {"job_id": self.job_id})
+                row = cursor.fetchone()
+                if row is None or tuple(row[:3]) != (self.attempt, "running", self.worker_id):
+                    raise self._stale(key, row)
+                cursor.execute(
+                    sql.RECORD_SIDE_EFFECT,
+                    {"job_id": self.job_id, "key": key, "fencing_token": self.attempt, "data": data_json},
                 )
-                raise LeaseLost(
-                    f"job {self.job_id} attempt {self.attempt} no longer holds its lease "
-                    f"(the job is {now}); side effect {key!r} was not recorded."
-                )
-            cursor.execute(
-                sql.RECORD_SIDE_EFFECT,
-                {"job_id": self.job_id, "key": key, "fencing_token": self.attempt, "data": data_json},
-            )
-            created = cursor.fetchone() is not None
-            yield SideEffectRecord(key=key, created=created, fencing_token=self.attempt)
+                created = cursor.fetchone() is not None
+                yield SideEffectRecord(key=key, created=created, fencing_token=self.attempt)
+                cursor.execute(sql.RENEW_LEASE, {**fence, "lease_seconds": self.lease_seconds})
+        finally:
+            if self.after_side_effect is not None:
+                self.after_side_effect()
+
+    def _stale(self, key: str, row: Any) -> LeaseLost:
+        """Mark the lease lost, log the rejected write, and make the error to raise."""
+        self.mark_lease_lost()
+        if row is None:
+            now = "gone"
+        elif row[2] != self.worker_id and row[0] == self.attempt:
+            now = f"held by {row[2]} at the same attempt {row[0]}"
+        else:
+            now = f"at attempt {row[0]}, {row[1]}"
+        logger.warning(
+            "stale write rejected job=%s attempt=%s worker=%s key=%s: the job is %s",
+            self.job_id,
+            self.attempt,
+            self.worker_id,
+            one_line(repr(key)),
+            one_line(now),
+        )
+        return LeaseLost(
+            f"job {self.job_id} attempt {self.attempt} no longer holds its lease "
+            f"(the job is {now}); side effect {key!r} was not recorded."
+        )
 
 
 def current_job() -> JobContext | None:

@@ -151,6 +151,7 @@ def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetim
         "status": Job.Status.QUEUED,
         "attempt": 0,
         "max_attempts": spec.max_attempts,
+        "runs": 0,
         "run_at": run_at,
         "lease_until": None,
         "leased_by": "",

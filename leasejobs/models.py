@@ -36,6 +36,11 @@ class Job(models.Model):
         default=0, help_text="Claims so far; also the fencing token of the current claim."
     )
     max_attempts = models.IntegerField(default=5)
+    runs = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="Attempts whose body started; these, not claims, count toward max_attempts.",
+    )
     run_at = models.DateTimeField(help_text="Not claimed before this time.")
     lease_until = models.DateTimeField(null=True, blank=True)
     leased_by = models.CharField(max_length=255, blank=True, default="")

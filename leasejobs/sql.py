@@ -8,9 +8,10 @@ timestamps come from the database clock (``now()``): worker clocks never
 decide who holds a lease.
 
 The fencing rule, in one sentence: every write made on behalf of an attempt
-matches the row on ``id AND attempt = <token> AND status = 'running'``, so
-once another claim has bumped ``attempt`` (or the job left ``running``) the
-stale attempt's write matches nothing.
+matches the row on ``id AND attempt = <token> AND leased_by = <worker> AND
+status = 'running'``, so once another claim has bumped ``attempt`` (or the
+job left ``running``, or another worker holds it) the stale attempt's write
+matches nothing.
 
 Heartbeat, finish and release must find each of their rows by primary key,
 whatever the table's statistics say: those lag behind a burst of enqueued
@@ -98,21 +99,34 @@ ORDER BY i.id
 #: without waiting on each other; the order is priority, then run_at, then id,
 #: served by the partial index ``leasejobs_job_claim``.
 #:
-#: A claim bumps ``attempt`` (the fencing token) and stamps the lease from the
-#: database clock; a task's own lease (``task_leases``, a JSON object of task
-#: name to seconds) wins over the worker's. A running job whose lease expired
-#: with no attempts left is not run again: it is failed here, so a job that
-#: kills its worker every time cannot loop forever. Those rows come back with
-#: ``exhausted`` true and the worker only logs them.
+#: A claim bumps ``attempt`` (the fencing token) and stamps the lease from
+#: the database clock at the moment the rows were locked
+#: (``clock_timestamp()``, not the statement's start, which may have waited
+#: on a lock); a task's own lease (``task_leases``, a JSON object of task
+#: name to seconds) wins over the worker's. The commit is forced synchronous
+#: (``set_config(..., true)`` lasts this transaction only): a claim lost in a
+#: crash after the worker was told it holds the job would let a second worker
+#: claim the same token.
+#:
+#: ``runs`` counts attempts whose body started; it is what ``max_attempts``
+#: limits. The first ``counted`` rows, in claim order, go to idle runners and
+#: start at once, so they count now; the rest wait in the worker's prefetch
+#: buffer and count when they start (their finish, or ``MARK_STARTED``).
+#: Rows come back ``ended`` instead of claimed when they must not run again:
+#: ``'failed'`` for an expired lease with no runs left (a job that kills its
+#: worker cannot loop forever), ``'cancelled'`` when a cancel is pending (the
+#: worker that held it died before it could end it).
 #:
 #: The rows come back in claim order (an UPDATE's RETURNING has none), so a
 #: worker that claims many at once still starts them in priority order. The
 #: worker's claim connection turns sequential and bitmap scans off, so this
 #: is always a walk of the partial index that stops after ``limit`` rows,
-#: whatever the table's statistics say (see ``Worker.__init__``).
+#: whatever the table's statistics say (see ``leasejobs.store``).
 CLAIM = """
 WITH picked AS (
-    SELECT id, (status = 'running' AND attempt >= max_attempts) AS exhausted
+    SELECT id, priority, run_at, status = 'running' AS taken_over,
+           CASE WHEN cancel_requested THEN 'cancelled'
+                WHEN status = 'running' AND runs >= max_attempts THEN 'failed' END AS ended
     FROM leasejobs_job
     WHERE status IN ('queued', 'running')
       AND ((status = 'queued' AND run_at <= now())
@@ -122,46 +136,72 @@ WITH picked AS (
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
 ),
+ranked AS (
+    SELECT p.*, row_number() OVER (ORDER BY p.priority DESC, p.run_at, p.id) <= %(counted)s AS counted
+    FROM picked AS p
+),
+durable AS (
+    SELECT set_config('synchronous_commit', 'on', true) AS setting
+),
 claimed AS (
     UPDATE leasejobs_job AS j SET
-        status       = CASE WHEN p.exhausted THEN 'failed' ELSE 'running' END,
-        attempt      = CASE WHEN p.exhausted THEN j.attempt ELSE j.attempt + 1 END,
-        lease_until  = CASE WHEN p.exhausted THEN NULL
-                            ELSE now() + make_interval(secs => COALESCE(
+        status       = COALESCE(p.ended, 'running'),
+        attempt      = CASE WHEN p.ended IS NULL THEN j.attempt + 1 ELSE j.attempt END,
+        runs         = CASE WHEN p.ended IS NULL AND p.counted THEN j.runs + 1 ELSE j.runs END,
+        lease_until  = CASE WHEN p.ended IS NULL
+                            THEN clock_timestamp() + make_interval(secs => COALESCE(
                                 (%(task_leases)s::jsonb ->> j.task_name)::float8,
                                 %(lease_seconds)s)) END,
-        leased_by    = CASE WHEN p.exhausted THEN j.leased_by ELSE %(worker_id)s END,
-        heartbeat_at = CASE WHEN p.exhausted THEN j.heartbeat_at ELSE now() END,
-        started_at   = CASE WHEN p.exhausted THEN j.started_at ELSE now() END,
-        finished_at  = CASE WHEN p.exhausted THEN now() END,
-        worker_ids   = CASE WHEN p.exhausted THEN j.worker_ids
-                            ELSE j.worker_ids || to_jsonb(%(worker_id)s::text) END,
-        last_error   = CASE WHEN p.exhausted
-                            THEN 'lease expired on the last attempt (' || j.attempt || ' of '
+        leased_by    = CASE WHEN p.ended IS NULL THEN %(worker_id)s ELSE j.leased_by END,
+        heartbeat_at = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.heartbeat_at END,
+        started_at   = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.started_at END,
+        finished_at  = CASE WHEN p.ended IS NULL THEN NULL ELSE clock_timestamp() END,
+        worker_ids   = CASE WHEN p.ended IS NULL
+                            THEN j.worker_ids || to_jsonb(%(worker_id)s::text) ELSE j.worker_ids END,
+        last_error   = CASE p.ended
+                            WHEN 'failed' THEN 'lease expired on the last run (' || j.runs || ' of '
                                  || j.max_attempts || '): worker ' || j.leased_by
                                  || ' stopped heartbeating'
+                            WHEN 'cancelled' THEN 'cancelled: its worker ' || j.leased_by
+                                 || ' stopped before the job ended'
                             ELSE j.last_error END
-    FROM picked AS p
-    WHERE j.id = p.id
-    RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.max_attempts,
-              j.queue, p.exhausted, j.last_error, j.priority, j.run_at
+    FROM ranked AS p, durable
+    WHERE j.id = p.id AND durable.setting IS NOT NULL
+    RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
+              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at
 )
-SELECT id, task_name, args, kwargs, attempt, max_attempts, queue, exhausted, last_error
+SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
+       counted, taken_over
 FROM claimed
 ORDER BY priority DESC, run_at, id
+"""
+
+#: Count the run of a claimed job that waited in the prefetch buffer, before
+#: its body starts. Only for a job taken over from an expired lease (the
+#: case a job that kills its worker keeps coming back as): its run must be
+#: on record before the body can kill this worker too. Fenced like every
+#: write of an attempt; forced synchronous like the claim.
+MARK_STARTED = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true) AS setting)
+UPDATE leasejobs_job AS j SET runs = j.runs + 1
+FROM durable
+WHERE j.id = %(id)s AND j.attempt = %(attempt)s AND j.leased_by = %(worker_id)s
+  AND j.status = 'running' AND durable.setting IS NOT NULL
+RETURNING j.runs
 """
 
 # -- heartbeat ---------------------------------------------------------------
 
 #: Extend the lease of every job this worker holds, in one statement per tick.
 #:
-#: Each job is matched on id AND attempt AND running: a row whose attempt
-#: moved on is no longer ours (``held`` false: the lease is lost). A row locked
-#: by someone else right now (a side-effect transaction of our own job body,
-#: or a claim in progress) is skipped, not waited for (``renewed`` false,
-#: ``held`` true: try again next tick). Only ``lease_until`` and
-#: ``heartbeat_at`` change, and neither is indexed, so this is a HOT update.
-#: ``cancel_requested`` rides back so a running body can see a cancel.
+#: Each job is matched on id AND attempt AND holder AND running: a row whose
+#: attempt moved on, or that another worker holds, is no longer ours
+#: (``held`` false: the lease is lost). A row locked by someone else right
+#: now (a side-effect transaction of our own job body, or a claim in
+#: progress) is skipped, not waited for (``renewed`` false, ``held`` true:
+#: try again next tick). Only ``lease_until`` and ``heartbeat_at`` change,
+#: and neither is indexed, so this is a HOT update. ``cancel_requested``
+#: rides back so a running body can see a cancel.
 HEARTBEAT = """
 WITH held AS (
     SELECT h.id, h.attempt, h.lease_seconds
@@ -169,34 +209,36 @@ WITH held AS (
          AS h(id, attempt, lease_seconds)
 ),
 locked AS (
-    SELECT l.id
+    SELECT l.id, h.attempt
     FROM held AS h
     CROSS JOIN LATERAL (
         SELECT j.id FROM leasejobs_job AS j
-        WHERE j.id = h.id AND j.attempt = h.attempt AND j.status IS NOT DISTINCT FROM 'running'
+        WHERE j.id = h.id AND j.attempt = h.attempt AND j.leased_by = %(worker_id)s
+          AND j.status IS NOT DISTINCT FROM 'running'
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS l
 ),
 renewed AS (
     UPDATE leasejobs_job AS j SET
-        lease_until  = now() + make_interval(secs => h.lease_seconds),
-        heartbeat_at = now()
+        lease_until  = clock_timestamp() + make_interval(secs => h.lease_seconds),
+        heartbeat_at = clock_timestamp()
     FROM locked AS l
-    JOIN held AS h ON h.id = l.id
+    JOIN held AS h ON h.id = l.id AND h.attempt = l.attempt
     WHERE j.id = l.id
-    RETURNING j.id, j.cancel_requested
+    RETURNING j.id, j.attempt, j.cancel_requested
 )
-SELECT h.id,
+SELECT h.id, h.attempt,
        r.id IS NOT NULL AS renewed,
-       COALESCE(r.cancel_requested, false) AS cancel_requested,
+       COALESCE(r.cancel_requested, still.cancel_requested, false) AS cancel_requested,
        r.id IS NOT NULL OR still.id IS NOT NULL AS held
 FROM held AS h
-LEFT JOIN renewed AS r ON r.id = h.id
+LEFT JOIN renewed AS r ON r.id = h.id AND r.attempt = h.attempt
 LEFT JOIN LATERAL (
-    SELECT j.id FROM leasejobs_job AS j
-    WHERE j.id = h.id AND j.attempt = h.attempt AND j.status IS NOT DISTINCT FROM 'running'
+    SELECT j.id, j.cancel_requested FROM leasejobs_job AS j
+    WHERE j.id = h.id AND j.attempt = h.attempt AND j.leased_by = %(worker_id)s
+      AND j.status IS NOT DISTINCT FROM 'running'
     LIMIT 1
-) AS still ON true
+) AS still ON r.id IS NULL
 """
 
 # -- finish ------------------------------------------------------------------
@@ -204,84 +246,113 @@ LEFT JOIN LATERAL (
 #: Write the outcome of many attempts in one statement: done, retry (back to
 #: queued, due after ``retry_delay`` seconds of database time), failed or
 #: cancelled. Each row is written only while the attempt still holds the job
-#: (id AND attempt AND running). Returns ``(id, written)``: written true for
-#: the rows written; false for a row that is still this attempt's but locked
-#: by another transaction right now (skipped, not waited for, like the
-#: heartbeat: one locked row must not hold up every other outcome; the worker
-#: tries it again). Any other id is not returned: a stale attempt whose
-#: outcome is dropped.
+#: (id AND attempt AND holder AND running); a retry of a job with a pending
+#: cancel is written as cancelled instead. ``count_runs`` adds the run of an
+#: attempt that was not counted at its claim (it waited in the buffer).
+#: ``results`` arrive as JSON text, already checked by the worker.
+#: Returns ``(id, attempt, written)``: written true for the rows written;
+#: false for a row that is still this attempt's but locked by another
+#: transaction right now (skipped, not waited for, like the heartbeat: one
+#: locked row must not hold up every other outcome; the worker tries it
+#: again). Any other attempt is not returned: a stale attempt whose outcome
+#: is dropped.
 FINISH = """
 WITH outcome AS (
     SELECT *
     FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(statuses)s::text[],
-        %(results)s::jsonb[], %(last_errors)s::text[], %(error_entries)s::jsonb[],
-        %(retry_delays)s::float8[]
-    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay)
+        %(results)s::text[], %(last_errors)s::text[], %(error_entries)s::jsonb[],
+        %(retry_delays)s::float8[], %(count_runs)s::int[]
+    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay, count_run)
 ),
 locked AS (
-    SELECT l.id
+    SELECT l.id, o.attempt
     FROM outcome AS o
     CROSS JOIN LATERAL (
         SELECT j.id FROM leasejobs_job AS j
-        WHERE j.id = o.id AND j.attempt = o.attempt AND j.status IS NOT DISTINCT FROM 'running'
+        WHERE j.id = o.id AND j.attempt = o.attempt AND j.leased_by = %(worker_id)s
+          AND j.status IS NOT DISTINCT FROM 'running'
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS l
 ),
 written AS (
     UPDATE leasejobs_job AS j SET
-        status      = o.status,
-        result      = o.result,
+        status      = CASE WHEN o.status = 'queued' AND j.cancel_requested THEN 'cancelled'
+                           ELSE o.status END,
+        result      = o.result::jsonb,
+        runs        = j.runs + o.count_run,
         last_error  = COALESCE(o.last_error, j.last_error),
         errors      = CASE WHEN o.error_entry IS NULL THEN j.errors
                            ELSE j.errors || jsonb_build_array(o.error_entry) END,
-        run_at      = CASE WHEN o.status = 'queued'
-                           THEN now() + make_interval(secs => o.retry_delay) ELSE j.run_at END,
-        finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE now() END,
+        run_at      = CASE WHEN o.status = 'queued' AND NOT j.cancel_requested
+                           THEN clock_timestamp() + make_interval(secs => o.retry_delay)
+                           ELSE j.run_at END,
+        finished_at = CASE WHEN o.status = 'queued' AND NOT j.cancel_requested THEN NULL
+                           ELSE clock_timestamp() END,
         lease_until = NULL
     FROM locked AS l
-    JOIN outcome AS o ON o.id = l.id
+    JOIN outcome AS o ON o.id = l.id AND o.attempt = l.attempt
     WHERE j.id = l.id
-    RETURNING j.id
+    RETURNING j.id, j.attempt
 )
-SELECT id, true FROM written
+SELECT id, attempt, true FROM written
 UNION ALL
-SELECT o.id, false
+SELECT o.id, o.attempt, false
 FROM outcome AS o
 CROSS JOIN LATERAL (
     SELECT 1 FROM leasejobs_job AS j
-    WHERE j.id = o.id AND j.attempt = o.attempt AND j.status IS NOT DISTINCT FROM 'running'
+    WHERE j.id = o.id AND j.attempt = o.attempt AND j.leased_by = %(worker_id)s
+      AND j.status IS NOT DISTINCT FROM 'running'
     LIMIT 1
 ) AS still
-WHERE NOT EXISTS (SELECT 1 FROM written AS w WHERE w.id = o.id)
+WHERE NOT EXISTS (SELECT 1 FROM written AS w WHERE w.id = o.id AND w.attempt = o.attempt)
 """
 
 #: Give leases back at shutdown: the jobs are queued again and claimable at
 #: once (the next claim bumps the token, so this attempt stays fenced off).
-#: A row locked by another transaction is skipped, so a stuck lock cannot
-#: keep the worker from exiting; that lease runs out on its own.
+#: ``refunds`` takes back the run counted at the claim of a job whose body
+#: never started, so a deploy costs no job an attempt. A row locked by
+#: another transaction is skipped, so a stuck lock cannot keep the worker
+#: from exiting; that lease runs out on its own.
 RELEASE = """
 WITH mine AS (
-    SELECT l.id
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+    SELECT l.id, h.refund
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(refunds)s::int[]) AS h(id, attempt, refund)
     CROSS JOIN LATERAL (
         SELECT j.id FROM leasejobs_job AS j
-        WHERE j.id = h.id AND j.attempt = h.attempt AND j.status IS NOT DISTINCT FROM 'running'
+        WHERE j.id = h.id AND j.attempt = h.attempt AND j.leased_by = %(worker_id)s
+          AND j.status IS NOT DISTINCT FROM 'running'
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS l
 )
-UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL
+UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL,
+                              runs = GREATEST(0, j.runs - mine.refund)
 FROM mine
 WHERE j.id = mine.id
-RETURNING j.id
+RETURNING j.id, j.attempt
 """
 
 # -- side effects (Django's connection, inside the job body's transaction) --
 
 #: The fence check: lock the job row (FOR SHARE blocks claims, heartbeats and
-#: finishes of it until the side effect commits) and read its token and state.
+#: finishes of it until the side effect commits), read its token, state and
+#: holder, and make this transaction's commit synchronous: a side effect
+#: acknowledged to the body must not vanish in a crash.
 FENCE_CHECK = """
-SELECT attempt, status FROM leasejobs_job WHERE id = %(job_id)s FOR SHARE
+SELECT attempt, status, leased_by, set_config('synchronous_commit', 'on', true)
+FROM leasejobs_job WHERE id = %(job_id)s FOR SHARE
+"""
+
+#: Renew the lease as the side-effect transaction ends, before it commits.
+#: Heartbeats skip the row while the block holds it, so a block longer than
+#: the lease would otherwise commit with the lease already run out, and the
+#: next claim would take the job over before its finish is written.
+#: ``clock_timestamp()``: the transaction began when the block did.
+RENEW_LEASE = """
+UPDATE leasejobs_job SET
+    lease_until  = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
+    heartbeat_at = clock_timestamp()
+WHERE id = %(job_id)s AND attempt = %(attempt)s AND leased_by = %(worker_id)s AND status = 'running'
 """
 
 #: Record a side effect unless its key exists. The unique key is the at-most-

@@ -153,7 +153,7 @@ def test_a_job_that_kills_its_worker_fails_after_max_attempts(start_worker):
     survivor = start_worker("--lease", "1")
     wait_until(lambda: job_now(job).status == "failed", what="poison job failed")
     job = job_now(job)
-    assert job.attempt == 2 and "lease expired on the last attempt (2 of 2)" in job.last_error
+    assert job.attempt == 2 and job.runs == 2 and "lease expired on the last run (2 of 2)" in job.last_error
     assert runs(job) == 2
     later = record.enqueue("the worker goes on")
     wait_until(lambda: job_now(later).status == "done", what="survivor runs a new job")
@@ -238,7 +238,7 @@ def test_sigterm_past_the_grace_gives_the_lease_back(start_worker):
     assert time.monotonic() - stopped_at < 5
     job = job_now(job)
     assert (job.status, job.lease_until, job.attempt) == ("queued", None, 1)
-    worker.wait_for_log(rf"released job={job.id} worker=a")
+    worker.wait_for_log(rf"released job={job.id} attempt=1 worker=a")
     # Claimable at once, by the next worker, under a new token.
     start_worker("--worker-id", "b")
     wait_until(lambda: job_now(job).status == "done", what="b runs the released job")

@@ -1,0 +1,153 @@
+"""Claiming: the main thread's loop that fills free runner slots and the buffer.
+
+One CLAIM statement takes jobs for all free room at once: the idle runners
+plus a prefetch buffer sized so a buffered job starts within a tenth of a
+second (``rules.prefetch_size``). It claims again when a NOTIFY arrives, the
+buffer runs low, or the poll interval passes.
+"""
+
+import threading
+from collections.abc import Callable
+
+from leasejobs import registry
+from leasejobs.connection import CONNECTION_ERRORS
+from leasejobs.context import JobContext
+from leasejobs.store import Attempt, ClaimedRow, Outcome, WorkerStore
+from leasejobs.worker import outcomes, rules
+from leasejobs.worker.events import Events
+from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.options import WorkerOptions
+
+
+class Claimer:
+    def __init__(
+        self,
+        store: WorkerStore,
+        held: HeldJobs,
+        events: Events,
+        options: WorkerOptions,
+        *,
+        lease_seconds: float,
+        prefetch: int,
+        mean_duration: Callable[[], float | None],
+        settle: Callable[[HeldJob, Outcome], bool],
+        new_lease: Callable[[float], None],
+        after_side_effect: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.held = held
+        self.events = events
+        self.options = options
+        self.lease_seconds = lease_seconds
+        self.prefetch = prefetch
+        self._mean_duration = mean_duration
+        self._settle = settle
+        self._new_lease = new_lease
+        self._after_side_effect = after_side_effect
+        self.task_leases = {
+            name: float(t.lease_seconds) for name, t in registry.all_tasks().items() if t.lease_seconds
+        }
+        self.wake = threading.Event()
+
+    def run(self, stopping: threading.Event) -> None:
+        """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
+        o = self.options
+        poll = float(o.poll_interval)
+        while not stopping.is_set():
+            if o.max_jobs is not None and self.held.claimed >= o.max_jobs:
+                self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
+                return
+            self.wake.clear()
+            running, buffered = self.held.sizes()
+            prefetch = rules.prefetch_size(
+                prefetch=self.prefetch,
+                concurrency=o.concurrency,
+                mean_duration=self._mean_duration(),
+                lease_seconds=self.lease_seconds,
+            )
+            room, worth, counted = rules.claim_size(
+                concurrency=o.concurrency,
+                prefetch=prefetch,
+                running=running,
+                buffered=buffered,
+                claimed=self.held.claimed,
+                max_jobs=o.max_jobs,
+            )
+            if room >= worth:
+                try:
+                    got = self.claim(room, counted)
+                except CONNECTION_ERRORS as exc:
+                    self.events.claim_failed(exc)
+                    self.wake.wait(poll)
+                    continue
+                if got == 0 and o.burst and self.held.empty():
+                    self.events.exiting("no job ready: --burst")
+                    return
+                if got == room:
+                    continue  # more may be ready; claim again as soon as there is room
+            self.wake.wait(poll)
+
+    def claim(self, limit: int, counted: int) -> int:
+        """Claim up to ``limit`` jobs and hand them to the runners; returns the rows claimed."""
+        rows = self.store.claim(
+            limit=limit,
+            counted=counted,
+            queues=self.options.queues,
+            lease_seconds=self.lease_seconds,
+            task_leases=self.task_leases,
+        )
+        jobs: list[HeldJob] = []
+        refused: list[tuple[HeldJob, str]] = []
+        for row in rows:
+            if row.ended is not None:
+                self.events.ended_at_claim(row.id, row.attempt, row.ended, row.last_error)
+                continue
+            job = self._held_job(row)
+            self.events.claimed(job)
+            why = _refusal(job)
+            if why is None:
+                jobs.append(job)
+            else:
+                refused.append((job, why))
+        self.held.add(jobs, [job for job, _ in refused])
+        for job, why in refused:
+            self._settle(job, outcomes.refusal(why))
+        shortest = min((j.lease_seconds for j in jobs), default=None)
+        if shortest is not None:
+            self._new_lease(shortest)
+        return len(rows)
+
+    def _held_job(self, row: ClaimedRow) -> HeldJob:
+        task = registry.get(row.task_name)
+        lease = float(task.lease_seconds) if task and task.lease_seconds else self.lease_seconds
+        return HeldJob(
+            key=Attempt(row.id, row.attempt),
+            task_name=row.task_name,
+            queue=row.queue,
+            args=row.args,
+            kwargs=row.kwargs,
+            task=task,
+            max_attempts=row.max_attempts,
+            runs=row.runs if row.counted else row.runs + 1,
+            counted=row.counted,
+            taken_over=row.taken_over,
+            lease_seconds=lease,
+            ctx=JobContext(
+                job_id=row.id,
+                attempt=row.attempt,
+                worker_id=self.store.worker_id,
+                task_name=row.task_name,
+                queue=row.queue,
+                lease_seconds=lease,
+                after_side_effect=self._after_side_effect,
+            ),
+        )
+
+
+def _refusal(job: HeldJob) -> str | None:
+    """Why a claimed row cannot run at all (no retry will help), or None."""
+    if job.task is None:
+        return f"unknown task {job.task_name!r}"
+    if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
+        return "malformed job row: args must be a JSON list and kwargs a JSON object"
+    return None

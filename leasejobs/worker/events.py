@@ -1,0 +1,200 @@
+"""Everything the worker reports, one method per event, one log line each.
+
+Every line names the job, the attempt and the worker. Text that comes from a
+job (an exception's message, a task or queue name) is escaped to one line
+first: a newline in it must not forge another log line. Per-job claim and
+finish lines are at INFO; retries, lost leases, timeouts and failures at
+WARNING or ERROR.
+"""
+
+import logging
+
+from leasejobs.store import Outcome
+from leasejobs.values import one_line
+from leasejobs.worker.held import HeldJob
+
+logger = logging.getLogger("leasejobs.worker")
+
+
+class Events:
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+
+    def _ids(self, job: HeldJob) -> tuple[int, int, str]:
+        return job.key.id, job.key.attempt, self.worker_id
+
+    # -- life cycle ------------------------------------------------------------
+
+    def started(self, description: str) -> None:
+        logger.info("worker started worker=%s %s", self.worker_id, description)
+
+    def stopping(self, grace: float, running: int) -> None:
+        logger.info(
+            "stopping worker=%s: no new claims, %.0f s grace for %d running job(s)",
+            self.worker_id,
+            grace,
+            running,
+        )
+
+    def stop_now(self) -> None:
+        logger.warning("second stop signal: giving leases back now worker=%s", self.worker_id)
+
+    def stopped(self, counts: dict[str, int]) -> None:
+        logger.info(
+            "worker stopped worker=%s %s",
+            self.worker_id,
+            " ".join(f"{name}={n}" for name, n in counts.items()),
+        )
+
+    def exiting(self, why: str) -> None:
+        logger.info("%s worker=%s", why, self.worker_id)
+
+    def thread_died(self, thread: str, exc: BaseException) -> None:
+        logger.critical(
+            "thread %s died worker=%s: %s; the worker exits so that its supervisor restarts it "
+            "(its leases run out and other workers take its jobs over)",
+            thread,
+            self.worker_id,
+            describe(exc),
+            exc_info=exc,
+        )
+
+    # -- claiming --------------------------------------------------------------
+
+    def claimed(self, job: HeldJob) -> None:
+        logger.info(
+            "claimed job=%s attempt=%s worker=%s task=%s queue=%s",
+            *self._ids(job),
+            one_line(job.task_name),
+            one_line(job.queue),
+        )
+
+    def ended_at_claim(self, job_id: int, attempt: int, status: str, error: str) -> None:
+        log = logger.error if status == "failed" else logger.info
+        log("%s job=%s attempt=%s worker=%s: %s", status, job_id, attempt, self.worker_id, one_line(error))
+
+    def claim_failed(self, exc: BaseException) -> None:
+        logger.warning("claim failed worker=%s: %s", self.worker_id, describe(exc))
+
+    # -- running ---------------------------------------------------------------
+
+    def cancel_requested(self, job: HeldJob) -> None:
+        logger.info("cancel requested job=%s attempt=%s worker=%s", *self._ids(job))
+
+    def late_outcome(self, job: HeldJob, seconds: float) -> None:
+        logger.warning(
+            "late outcome dropped job=%s attempt=%s worker=%s after %.1fs: the attempt had timed out"
+            " or its lease was lost or given back",
+            *self._ids(job),
+            seconds,
+        )
+
+    def timeout(self, job: HeldJob, error: str) -> None:
+        logger.warning("timeout job=%s attempt=%s worker=%s: %s", *self._ids(job), one_line(error))
+
+    # -- finishing -------------------------------------------------------------
+
+    def outcome(self, job: HeldJob, outcome: Outcome) -> None:
+        ids = self._ids(job)
+        if outcome.status == "queued":
+            logger.warning(
+                "retry job=%s attempt=%s worker=%s in %.1fs: %s",
+                *ids,
+                outcome.retry_delay,
+                one_line(outcome.last_error or ""),
+            )
+        elif outcome.status == "failed":
+            logger.error("failed job=%s attempt=%s worker=%s: %s", *ids, one_line(outcome.last_error or ""))
+        elif outcome.status == "cancelled":
+            logger.info("cancelled job=%s attempt=%s worker=%s", *ids)
+        else:
+            logger.info("done job=%s attempt=%s worker=%s", *ids)
+
+    def lease_lost(self, job: HeldJob, why: str) -> None:
+        logger.warning("lease lost job=%s attempt=%s worker=%s: %s", *self._ids(job), why)
+
+    def finish_locked(self, job: HeldJob) -> None:
+        logger.warning(
+            "finish skipped job=%s attempt=%s worker=%s: row locked by another transaction; retrying",
+            *self._ids(job),
+        )
+
+    def finish_failed(self, n: int, exc: BaseException) -> None:
+        logger.warning(
+            "finish failed for %d job(s) worker=%s: %s; retrying", n, self.worker_id, describe(exc)
+        )
+
+    def outcome_unstorable(self, job: HeldJob, exc: BaseException) -> None:
+        logger.error(
+            "outcome not storable job=%s attempt=%s worker=%s: %s; the job fails with that error",
+            *self._ids(job),
+            describe(exc),
+        )
+
+    def outcome_lost(self, job: HeldJob, exc: BaseException) -> None:
+        logger.error(
+            "outcome not written job=%s attempt=%s worker=%s: %s; its lease runs out and the job is retried",
+            *self._ids(job),
+            describe(exc),
+        )
+
+    def gave_up_finishing(self, n: int) -> None:
+        logger.warning(
+            "gave up finishing %d job(s) worker=%s: their rows stay locked or the database is away; "
+            "their leases run out on their own",
+            n,
+            self.worker_id,
+        )
+
+    # -- heartbeats ------------------------------------------------------------
+
+    def heartbeat_failed(self, n: int, exc: BaseException) -> None:
+        logger.warning("heartbeat failed worker=%s jobs=%d: %s", self.worker_id, n, describe(exc))
+
+    def heartbeat_skipped(self, job: HeldJob) -> None:
+        logger.info(
+            "heartbeat skipped job=%s attempt=%s worker=%s: row locked by another transaction",
+            *self._ids(job),
+        )
+
+    def heartbeat_clamped(self, task_name: str, lease: float, interval: float) -> None:
+        logger.warning(
+            "heartbeat clamped worker=%s task=%s: its lease is %gs, so its jobs are heartbeated every %gs, "
+            "not every --heartbeat",
+            self.worker_id,
+            one_line(task_name),
+            lease,
+            interval,
+        )
+
+    # -- listening and giving back ---------------------------------------------
+
+    def listener_lost(self, exc: BaseException) -> None:
+        logger.warning("listener lost worker=%s: %s; polling until it is back", self.worker_id, describe(exc))
+
+    def released(self, job: HeldJob, ok: bool) -> None:
+        if ok:
+            logger.info("released job=%s attempt=%s worker=%s", *self._ids(job))
+        else:
+            logger.warning(
+                "lease not given back job=%s attempt=%s worker=%s: its row is locked by another "
+                "transaction or the job moved on; the lease runs out on its own",
+                *self._ids(job),
+            )
+
+    def release_failed(self, n: int, exc: BaseException) -> None:
+        logger.warning(
+            "could not give back %d lease(s) worker=%s: %s; they expire on their own",
+            n,
+            self.worker_id,
+            describe(exc),
+        )
+
+
+def describe(exc: BaseException) -> str:
+    """``Class: first line of the message``, on one line (even when ``str(exc)`` raises)."""
+    try:
+        text = str(exc).strip().splitlines()
+    except Exception:
+        text = ["<the exception's message could not be read>"]
+    return one_line(f"{type(exc).__name__}: {text[0] if text else ''}")

@@ -1,0 +1,37 @@
+"""The listener: wakes the claim loop on NOTIFY from a dedicated connection."""
+
+import threading
+from collections.abc import Callable
+
+import psycopg
+
+from leasejobs.connection import CONNECTION_ERRORS, WorkerConnection
+from leasejobs.worker.events import Events
+
+
+def listen(
+    channel: str,
+    worker_id: str,
+    queues: list[str] | None,
+    wake: Callable[[], None],
+    done: threading.Event,
+    events: Events,
+) -> None:
+    """LISTEN until ``done``; reconnect and re-LISTEN after failures (polling covers the gap)."""
+    listener = WorkerConnection("listen", worker_id)
+    statement = psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel))
+    while not done.is_set():
+        try:
+            conn = listener.connect()
+            conn.execute(statement)
+            wake()  # anything enqueued while we were not listening
+            while not done.is_set():
+                for notify in conn.notifies(timeout=1.0):
+                    if queues is None or notify.payload in queues:
+                        wake()
+        except CONNECTION_ERRORS as exc:
+            listener.close()
+            if not done.is_set():
+                events.listener_lost(exc)
+                done.wait(1.0)
+    listener.close()

@@ -1,0 +1,27 @@
+"""What ``runworker`` tells a worker: its options and its identity."""
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+
+
+def default_worker_id() -> str:
+    """Host, pid and a random suffix: unique per process, never reused."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class WorkerOptions:
+    queues: list[str] | None = None
+    concurrency: int = 4
+    lease_seconds: float | None = None
+    heartbeat_seconds: float | None = None
+    heartbeat: bool = True
+    burst: bool = False
+    max_jobs: int | None = None
+    worker_id: str = field(default_factory=default_worker_id)
+    grace_seconds: float = 10.0
+    poll_interval: float | None = None
+    #: Most jobs claimed ahead of free runner slots (None: LEASEJOBS["PREFETCH"]).
+    prefetch: int | None = None

@@ -1,0 +1,220 @@
+"""The worker: wires its parts together, supervises their threads, stops in phases.
+
+Threads, each with one owner and its own database connection where it needs one:
+- the main thread claims (``Claimer``);
+- ``concurrency`` runner threads run bodies (``Runners``);
+- the heartbeat thread keeps leases alive and enforces timeouts (``Heartbeater``);
+- the finisher thread writes outcomes in batches (``Finisher``);
+- the listener thread turns NOTIFY into a wake-up (``listener.listen``).
+They share one thing, the table of held jobs (``HeldJobs``), which owns
+the lock. A thread that dies of anything but one job's data takes the
+process down with a clear line and a non-zero exit, so a supervisor restarts
+it: never a half-alive worker that holds leases and writes no outcome.
+"""
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from leasejobs import conf, registry
+from leasejobs.connection import CONNECTION_ERRORS
+from leasejobs.store import Outcome, WorkerStore
+from leasejobs.worker import rules
+from leasejobs.worker.claimer import Claimer
+from leasejobs.worker.events import Events
+from leasejobs.worker.finisher import Finisher
+from leasejobs.worker.heartbeat import Heartbeater
+from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.listener import listen
+from leasejobs.worker.options import WorkerOptions
+from leasejobs.worker.runners import Runners
+from leasejobs.worker.shutdown import Shutdown
+
+#: The exit status of a worker one of whose threads died (EX_SOFTWARE).
+THREAD_DIED_EXIT = 70
+
+#: How long the finisher may go on writing after the grace period, for rows
+#: that stay locked or a database that is away; their leases then run out.
+FINISH_AFTER_GRACE_SECONDS = 5.0
+
+
+class Worker:
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.worker_id = options.worker_id
+        self.lease_seconds = float(options.lease_seconds or conf.get("LEASE_SECONDS"))
+        options.poll_interval = float(options.poll_interval or conf.get("POLL_INTERVAL_SECONDS"))
+        self.prefetch = int(conf.get("PREFETCH") if options.prefetch is None else options.prefetch)
+        self.channel = str(conf.get("NOTIFY_CHANNEL"))
+        self.events = Events(self.worker_id)
+        self.held = HeldJobs()
+        self.shutdown = Shutdown(options.grace_seconds)
+        self._done = threading.Event()
+        interval = rules.heartbeat_interval(options.heartbeat_seconds, self.lease_seconds)
+        self.store = WorkerStore(self.worker_id, heartbeat_timeout=interval)
+        self.heartbeater = Heartbeater(
+            self.store,
+            self.held,
+            self.events,
+            enabled=options.heartbeat,
+            interval_option=options.heartbeat_seconds,
+            default_lease=self.lease_seconds,
+            settle=self._settle_timed_out,
+        )
+        self.finisher = Finisher(self.store, self.held, self.events, on_written=self._wake_claimer)
+        self.runners = Runners(
+            self.store, self.held, self.events, settle=self._settle, buffer_low=self._buffer_low
+        )
+        self.claimer = Claimer(
+            self.store,
+            self.held,
+            self.events,
+            options,
+            lease_seconds=self.lease_seconds,
+            prefetch=self.prefetch,
+            mean_duration=lambda: self.runners.mean_duration,
+            settle=self._settle,
+            new_lease=self._new_lease,
+            after_side_effect=self.heartbeater.poke,
+        )
+        self._threads: list[threading.Thread] = []
+
+    # -- the parts' shared moves -----------------------------------------------
+
+    def _settle(self, job: HeldJob, outcome: Outcome) -> bool:
+        """Decide an attempt's one outcome and hand it to the finisher (False if decided before)."""
+        if not self.held.settle(job, outcome):
+            return False
+        self.finisher.submit(job)
+        return True
+
+    def _settle_timed_out(self, job: HeldJob, outcome: Outcome) -> bool:
+        """A timeout: settled like any outcome, but the attempt gets no more heartbeats."""
+        if not self.held.settle(job, outcome, beating=False):
+            return False
+        self.finisher.submit(job)
+        return True
+
+    def _buffer_low(self, buffered: int) -> None:
+        if buffered <= self.options.concurrency and not self.claimer.wake.is_set():
+            self.claimer.wake.set()  # a slot is free and the buffer runs low: claim more
+
+    def _wake_claimer(self) -> None:
+        self.claimer.wake.set()
+
+    def _new_lease(self, shortest: float) -> None:
+        """Jobs were claimed: heartbeat sooner if one holds a shorter lease than the tick assumed."""
+        if shortest < self.lease_seconds:
+            self.heartbeater.poke()
+
+    # -- life cycle ------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming; a second request ends the grace period at once."""
+        if self.shutdown.request():
+            self.events.stopping(self.options.grace_seconds, self.held.running)
+        else:
+            self.events.stop_now()
+        self.claimer.wake.set()
+
+    def run(self) -> None:
+        """Run until stopped (signal, --burst, --max-jobs); returns once every lease is settled."""
+        o = self.options
+        beat = f"{o.heartbeat_seconds}s" if o.heartbeat_seconds else "lease/3"
+        beat = beat if o.heartbeat else "off"
+        self.events.started(
+            f"queues={','.join(o.queues) if o.queues else 'all'} concurrency={o.concurrency} "
+            f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat}"
+        )
+        self._warn_clamped_heartbeats()
+        self._start(
+            lambda: listen(
+                self.channel, self.worker_id, o.queues, self.claimer.wake.set, self._done, self.events
+            ),
+            "leasejobs-listener",
+        )
+        self._start(self.heartbeater.run, "leasejobs-heartbeat")
+        finisher = self._start(self.finisher.run, "leasejobs-finisher")
+        for i in range(o.concurrency):
+            self._start(self.runners.run, f"leasejobs-runner-{i}")
+        try:
+            self.claimer.run(self.shutdown.requested)
+            self._drain()
+        finally:
+            self.shutdown.releasing()
+            self.held.close()
+            self.finisher.close(give_up_at=self._finish_deadline())
+            finisher.join(timeout=30)
+            self._give_back(self.held.give_back())
+            self.heartbeater.stop()
+            self._done.set()
+            self.store.close()
+            self.shutdown.stopped()
+            self.events.stopped(self.held.counts)
+
+    def _start(self, target: Callable[[], None], name: str) -> threading.Thread:
+        # Daemon threads: a body still running past the grace period must not
+        # keep the process alive once its lease has been given back.
+        thread = threading.Thread(target=self._supervised(target, name), name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    def _supervised(self, target: Callable[[], None], name: str) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                self.events.thread_died(name, exc)
+                logging.shutdown()  # flush the line above before the process ends
+                os._exit(THREAD_DIED_EXIT)
+
+        return run
+
+    def _warn_clamped_heartbeats(self) -> None:
+        option = self.options.heartbeat_seconds
+        if option is None or not self.options.heartbeat:
+            return
+        for name, task in sorted(registry.all_tasks().items()):
+            if task.lease_seconds and rules.heartbeat_interval(option, task.lease_seconds) < option:
+                interval = rules.heartbeat_interval(option, task.lease_seconds)
+                self.events.heartbeat_clamped(name, float(task.lease_seconds), interval)
+
+    def _finish_deadline(self) -> float:
+        if self.shutdown.grace_deadline is None:
+            return time.monotonic() + FINISH_AFTER_GRACE_SECONDS
+        return max(time.monotonic(), self.shutdown.grace_deadline + FINISH_AFTER_GRACE_SECONDS)
+
+    # -- stopping --------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Wait for running bodies: forever after --burst/--max-jobs, else until grace ends.
+
+        After a stop request, jobs still in the buffer never start: their
+        leases are given back at once, so other workers can take them now.
+        """
+        while True:
+            if self.shutdown.requested.is_set():
+                self._give_back(self.held.stop_starting())
+                if self.shutdown.grace_over():
+                    return
+            if not self.held.busy():
+                return
+            self.claimer.wake.wait(0.05)
+            self.claimer.wake.clear()
+
+    def _give_back(self, jobs: list[HeldJob]) -> None:
+        """Release these leases (claimable at once); refund runs counted but never started."""
+        if not jobs:
+            return
+        for job in jobs:
+            job.ctx.mark_lease_lost()
+        try:
+            released = self.store.release([(j.key, j.counted and not j.started) for j in jobs])
+        except CONNECTION_ERRORS as exc:
+            self.events.release_failed(len(jobs), exc)
+            return
+        for job in sorted(jobs, key=lambda j: j.key.id):
+            self.events.released(job, job.key in released)
