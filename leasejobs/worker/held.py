@@ -137,6 +137,7 @@ class HeldJobs:
         with self.lock:
             if job.phase not in (Phase.BUFFERED, Phase.RUNNING):
                 return False
+            self._unbuffer(job)  # a settled job never starts
             job.phase = Phase.SETTLED
             job.outcome = outcome
             job.beating = beating
@@ -160,8 +161,7 @@ class HeldJobs:
         with self.lock:
             if job.phase not in HOLDING:
                 return False
-            if job.phase is Phase.BUFFERED:
-                self._buffer.remove(job)
+            self._unbuffer(job)
             job.phase = Phase.DROPPED
             self._jobs.pop(job.key, None)
             if lost:
@@ -218,13 +218,17 @@ class HeldJobs:
         with self.lock:
             jobs = [j for j in self._jobs.values() if j.phase in (Phase.BUFFERED, Phase.RUNNING)]
             for job in jobs:
-                if job.phase is Phase.BUFFERED:
-                    self._buffer.remove(job)
+                self._unbuffer(job)
                 job.phase = Phase.DROPPED
                 self._jobs.pop(job.key, None)
         for job in jobs:
             job.ctx.mark_lease_lost()
         return jobs
+
+    def _unbuffer(self, job: HeldJob) -> None:
+        """Take a BUFFERED job out of the buffer (a refused one was never in it); lock held."""
+        if job.phase is Phase.BUFFERED and job in self._buffer:
+            self._buffer.remove(job)
 
     def __len__(self) -> int:
         with self.lock:
