@@ -69,7 +69,9 @@ def test_without_heartbeat_or_fencing_the_slow_job_runs_twice_and_sends_twice(st
     wait_until(lambda: a.count(r"lease lost job=") == 1, what="a's stale finish dropped")
     assert runs(job) == 2
     assert Sent.objects.filter(key="receipt:7").count() == 2  # two receipts: the bug
-    assert b.count(rf"done job={job.id} attempt=2") == 1, b.log()
+    # The second attempt is b's, or a's own when a re-claims the expired lease
+    # before its first finish is written (nothing stops that without heartbeats).
+    assert a.count(rf"done job={job.id} attempt=2") + b.count(rf"done job={job.id} attempt=2") == 1
 
 
 def test_fencing_and_idempotency_make_the_second_run_harmless(start_worker):

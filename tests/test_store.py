@@ -1,0 +1,135 @@
+"""The worker's statements at their seams, on real PostgreSQL, without a worker process.
+
+Each test drives ``leasejobs.store.WorkerStore`` the way the worker does and
+checks the rows: the fencing rule (attempt AND holder), two attempts of one
+job in one finish batch, the claim's run counting and synchronous commit.
+"""
+
+import psycopg
+import pytest
+
+from leasejobs import sql
+from leasejobs.connection import connection_params
+from leasejobs.models import Job
+from leasejobs.store import Attempt, Outcome, WorkerStore
+from tests.testapp.tasks import record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def store():
+    stores: list[WorkerStore] = []
+
+    def make(worker_id: str) -> WorkerStore:
+        s = WorkerStore(worker_id, heartbeat_timeout=5)
+        stores.append(s)
+        return s
+
+    yield make
+    for s in stores:
+        s.close()
+
+
+def claim(s: WorkerStore, limit: int = 10, counted: int = 10):
+    return s.claim(limit=limit, counted=counted, queues=None, lease_seconds=30, task_leases={})
+
+
+def test_a_claim_counts_runs_only_for_rows_that_go_to_idle_runners(store):
+    jobs = [record.enqueue(i) for i in range(5)]
+    rows = claim(store("w"), limit=5, counted=2)
+    assert [r.id for r in rows] == [j.id for j in jobs]
+    assert [r.counted for r in rows] == [True, True, False, False, False]
+    assert [Job.objects.get(id=j.id).runs for j in jobs] == [1, 1, 0, 0, 0]
+
+
+def test_a_finish_counts_the_run_of_a_buffered_job_and_a_release_refunds_an_unstarted_one(store):
+    a, b = record.enqueue(1), record.enqueue(2)
+    s = store("w")
+    rows = claim(s, counted=1)  # a counted at the claim, b buffered
+    s.finish([(Attempt(rows[1].id, rows[1].attempt), Outcome(status="done"), True)])
+    s.release([(Attempt(rows[0].id, rows[0].attempt), True)])  # a never started
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert (a.status, a.runs, b.status, b.runs) == ("queued", 0, "done", 1)
+
+
+def test_two_attempts_of_one_job_in_one_finish_batch_write_only_the_current_one(store):
+    job = record.enqueue(1)
+    s = store("w")
+    first = claim(s)[0]
+    Job.objects.filter(id=job.id).update(lease_until="2000-01-01T00:00:00Z")  # its lease ran out
+    second = claim(s)[0]  # the same worker re-claims it
+    assert (first.attempt, second.attempt) == (1, 2)
+    rows = s.finish(
+        [
+            (Attempt(job.id, 1), Outcome(status="done", result='"stale"'), True),
+            (Attempt(job.id, 2), Outcome(status="done", result='"current"'), False),
+        ]
+    )
+    assert [(r.attempt, r.written) for r in rows] == [(2, True)]
+    job.refresh_from_db()
+    assert (job.status, job.result, job.attempt) == ("done", "current", 2)
+
+
+def test_every_fenced_write_also_matches_the_holder(store):
+    """A lost claim commit re-made by another worker with the same token: nothing of ours passes."""
+    job = record.enqueue(1)
+    s = store("a")
+    row = claim(s)[0]
+    Job.objects.filter(id=job.id).update(leased_by="b")  # b holds the same attempt now
+    key = Attempt(row.id, row.attempt)
+    beat = s.heartbeat([(key, 30.0)])
+    assert [(b.held, b.renewed) for b in beat] == [(False, False)]
+    assert s.finish([(key, Outcome(status="done"), False)]) == []
+    assert s.release([(key, False)]) == set()
+    assert not s.mark_started(key)
+    job.refresh_from_db()
+    assert (job.status, job.leased_by, job.attempt) == ("running", "b", 1)
+
+
+def test_a_claim_of_a_job_with_a_pending_cancel_ends_it_cancelled(store):
+    job = record.enqueue(1)
+    s = store("a")
+    claim(s)
+    Job.objects.filter(id=job.id).update(cancel_requested=True, lease_until="2000-01-01T00:00:00Z")
+    rows = claim(store("b"))
+    assert [(r.id, r.ended) for r in rows] == [(job.id, "cancelled")]
+    job.refresh_from_db()
+    assert (job.status, job.attempt) == ("cancelled", 1)
+
+
+def test_a_retry_written_while_a_cancel_is_pending_ends_cancelled(store):
+    job = record.enqueue(1)
+    s = store("a")
+    row = claim(s)[0]
+    Job.objects.filter(id=job.id).update(cancel_requested=True)
+    s.finish([(Attempt(row.id, row.attempt), Outcome(status="queued", retry_delay=0.1), False)])
+    job.refresh_from_db()
+    assert job.status == "cancelled" and job.finished_at is not None
+
+
+@pytest.mark.parametrize(
+    ("statement", "params"),
+    [
+        (sql.CLAIM, {"limit": 1, "counted": 1, "queues": None, "lease_seconds": 30, "worker_id": "w"}),
+        (sql.MARK_STARTED, {"attempt": 1, "worker_id": "w"}),
+        (sql.FENCE_CHECK, {}),
+    ],
+)
+def test_claims_start_marks_and_side_effects_commit_synchronously_whatever_the_default(
+    store, statement, params
+):
+    """A claim acknowledged and then lost in a crash could give one token to two workers."""
+    job = record.enqueue(1)
+    if statement is sql.CLAIM:
+        params = {**params, "task_leases": psycopg.types.json.Jsonb({})}
+    else:
+        claim(store("w"))
+        params = {**params, "id": job.id, "job_id": job.id}
+    with psycopg.connect(**connection_params(), options="-c synchronous_commit=off") as conn:
+        with conn.transaction():
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+            assert conn.execute(statement, params).fetchall()
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)  # this transaction only
