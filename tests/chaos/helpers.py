@@ -173,8 +173,9 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
             if key not in effects or delivered[key] != 1:
                 problems.append(f"job {j.id}: side effect {effects.get(key)}, delivered {delivered[key]}x")
         elif j.status == "failed":
-            if j.attempt != j.max_attempts or delivered[key] > 1:
-                problems.append(f"job {j.id} failed at attempt {j.attempt}/{j.max_attempts}: {j.last_error}")
+            # Only started runs count toward max_attempts, not claims.
+            if j.runs != j.max_attempts or delivered[key] > 1:
+                problems.append(f"job {j.id} failed at run {j.runs}/{j.max_attempts}: {j.last_error}")
         else:
             problems.append(f"job {j.id} is {j.status} at attempt {j.attempt}")
     # Each side effect has exactly one delivery, by the attempt that recorded it.
