@@ -93,6 +93,8 @@ class JobContext:
                 f"a side-effect key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
             )
         data_json = None if data is None else stored_json(data, f"the data of side effect {key!r}")
+        if self.lease_lost:  # timed out, given back or taken over: known without asking
+            raise self._stale(key, None)
         fence = {"job_id": self.job_id, "attempt": self.attempt, "worker_id": self.worker_id}
         try:
             with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
@@ -115,7 +117,7 @@ class JobContext:
         """Mark the lease lost, log the rejected write, and make the error to raise."""
         self.mark_lease_lost()
         if row is None:
-            now = "gone"
+            now = "no longer held by this attempt"
         elif row[2] != self.worker_id and row[0] == self.attempt:
             now = f"held by {row[2]} at the same attempt {row[0]}"
         else:

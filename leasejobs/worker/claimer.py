@@ -100,6 +100,7 @@ class Claimer:
         refused: list[tuple[HeldJob, str]] = []
         for row in rows:
             if row.ended is not None:
+                self.held.ended_at_claim(row.ended)
                 self.events.ended_at_claim(row.id, row.attempt, row.ended, row.last_error)
                 continue
             job = self._held_job(row)

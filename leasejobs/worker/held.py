@@ -105,6 +105,11 @@ class HeldJobs:
             # Wake only as many idle runners as there are new jobs.
             self._job_ready.notify(min(self._idle_runners, len(jobs)))
 
+    def ended_at_claim(self, status: str) -> None:
+        """Count a job the claim ended instead of running (no runs left, or a pending cancel)."""
+        with self.lock:
+            self.counts[status] += 1
+
     def sizes(self) -> tuple[int, int]:
         """``(running, buffered)`` right now."""
         with self.lock:
