@@ -98,6 +98,8 @@ class Fleet:
             *extra,
             "--worker-id",
             worker_id,
+            "-v",
+            "2",  # the per-job "done" lines that check() reads
             env={"DJANGO_SETTINGS_MODULE": SETTINGS, "CHAOS_WORKER_ID": worker_id, **(env or {})},
             prefix=prefix,
         )

@@ -182,10 +182,17 @@ class Command(BaseCommand):
 
 
 def _configure_logging(verbosity: int) -> None:
-    """Show the worker's one-line events on stderr unless logging is configured."""
+    """Show the worker's one-line events on stderr unless logging is configured.
+
+    ``-v 0``: problems only (WARNING). ``-v 1``, the default: also start, stop,
+    cancels and releases (INFO), unless LOGGING set another level. ``-v 2``:
+    also a line per claimed and finished job (DEBUG).
+    """
     logger = logging.getLogger("leasejobs")
     if verbosity == 0:
         logger.setLevel(logging.WARNING)
+    elif verbosity >= 2:
+        logger.setLevel(logging.DEBUG)
     elif logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
     if not logger.handlers and not logging.getLogger().handlers:
