@@ -88,7 +88,10 @@ class JobContext:
             cursor.execute(sql.FENCE_CHECK, {"job_id": self.job_id})
             row = cursor.fetchone()
             if row is None or row[0] != self.attempt or row[1] != "running":
+                from leasejobs import observe  # here: observe imports this module
+
                 self.mark_lease_lost()
+                observe.stale_write_rejected(self)
                 now = "gone" if row is None else f"at attempt {row[0]}, {row[1]}"
                 logger.warning(
                     "stale write rejected job=%s attempt=%s worker=%s key=%r: the job is %s",

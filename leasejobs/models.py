@@ -53,6 +53,11 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True, help_text="When the latest attempt was claimed.")
     finished_at = models.DateTimeField(null=True, blank=True)
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The W3C trace context of the enqueue (traceparent, tracestate), when tracing is on.",
+    )
 
     class Meta:
         db_table = "leasejobs_job"
@@ -126,3 +131,25 @@ class JobOverview(Job):
         default_permissions = ()
         verbose_name = "overview"
         verbose_name_plural = "overview"
+
+
+class LiveWorker(models.Model):
+    """One row per running worker, refreshed by its heartbeat thread (see ``leasejobs.liveness``).
+
+    Read by ``manage.py leasejobs_health --worker`` and the live-worker
+    gauges; written only by workers, with raw SQL.
+    """
+
+    worker_id = models.CharField(max_length=255, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    interval_seconds = models.FloatField(help_text="The heartbeat interval the worker keeps.")
+
+    class Meta:
+        db_table = "leasejobs_worker"
+        indexes = [models.Index(fields=["hostname", "started_at"], name="leasejobs_worker_host")]
+
+    def __str__(self) -> str:
+        return self.worker_id
