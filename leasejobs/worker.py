@@ -42,7 +42,7 @@ import psycopg
 from django.db import connections
 from psycopg.types.json import Jsonb
 
-from leasejobs import conf, registry, sql
+from leasejobs import conf, observe, registry, sql
 from leasejobs.connection import CONNECTION_ERRORS, WorkerConnection
 from leasejobs.context import JobContext, activate, deactivate
 from leasejobs.enqueue import encode_json
@@ -132,6 +132,9 @@ class HeldJob:
     task: "registry.Task | None"
     lease_seconds: float
     ctx: JobContext
+    waited: float = 0.0  # seconds from run_at to the claim (database clock)
+    claimed_at: float = 0.0  # monotonic time of the claim
+    trace_context: Any = None  # the W3C trace context stored at enqueue
     deadline: float | None = None  # monotonic time past which it times out
     settled: bool = False  # an outcome was decided (or dropped); only once
     finish_skipped: bool = False  # its finish met its row locked (logged once)
@@ -241,6 +244,7 @@ class Worker:
             self._release_all()
             self._done.set()
             self._wake.set()
+            observe.worker_stopped(self._beat_db, self.worker_id)
             for conn in (self._claim_db, self._beat_db, self._finish_db):
                 conn.close()
             c = self.counts
@@ -321,6 +325,7 @@ class Worker:
             return not self._held
 
     def _claim(self, limit: int) -> int:
+        began = time.perf_counter()
         rows = self._claim_db.execute(
             sql.CLAIM,
             {
@@ -331,10 +336,25 @@ class Worker:
                 "worker_id": self.worker_id,
             },
         )
+        statement_seconds = time.perf_counter() - began
+        claimed_at = time.monotonic()
         claimed: list[HeldJob] = []
-        for job_id, task_name, args, kwargs, attempt, max_attempts, queue_name, exhausted, error in rows:
+        for (
+            job_id,
+            task_name,
+            args,
+            kwargs,
+            attempt,
+            max_attempts,
+            queue_name,
+            exhausted,
+            error,
+            waited,
+            trace_context,
+        ) in rows:
             if exhausted:
                 self.counts["failed"] += 1
+                observe.outcome_written(queue_name, task_name, "failed")
                 logger.error(
                     "failed job=%s attempt=%s worker=%s task=%s: %s",
                     job_id,
@@ -357,6 +377,9 @@ class Worker:
                     lease_seconds=float(
                         task.lease_seconds if task and task.lease_seconds else self.lease_seconds
                     ),
+                    waited=waited,
+                    claimed_at=claimed_at,
+                    trace_context=trace_context,
                     ctx=JobContext(
                         job_id=job_id,
                         attempt=attempt,
@@ -374,6 +397,7 @@ class Worker:
                 task_name,
                 queue_name,
             )
+        observe.claimed((h.ctx for h in claimed), statement_seconds)
         refused: list[tuple[HeldJob, str]] = []
         with self._lock:
             for held in claimed:
@@ -447,6 +471,8 @@ class Worker:
         if is_async is None:
             is_async = self._is_async[held.task_name] = inspect.iscoroutinefunction(task.func)
         token = activate(held.ctx)
+        observed = observe.job_started(held.ctx, held.waited + started - held.claimed_at, held.trace_context)
+        raised: BaseException | None = None
         try:
             args = [held.ctx, *held.args] if task.takes_context else held.args
             if is_async:
@@ -456,15 +482,18 @@ class Worker:
             if result is not None:
                 encode_json(result, f"the return value of {held.task_name}")
         except LeaseLost as exc:
+            observe.job_finished(observed, held.ctx, "lease_lost", time.monotonic() - started, exc)
             self._drop(held, f"the body stopped: {exc}")
             return
         except BaseException as exc:  # SystemExit in a body must not kill its runner
             outcome = self._failure(held, exc)
+            raised = exc
         else:
             outcome = Outcome(status="cancelled" if held.ctx.cancel_requested else "done", result=result)
         finally:
             deactivate(token)
             _tidy_django_connections()
+        observe.job_finished(observed, held.ctx, outcome.status, time.monotonic() - started, raised)
         if not self._settle(held, outcome):
             logger.warning(
                 "late outcome dropped job=%s attempt=%s worker=%s after %.1fs: the attempt had timed out"
@@ -516,6 +545,7 @@ class Worker:
         logger.warning(
             "lease lost job=%s attempt=%s worker=%s: %s", held.id, held.attempt, self.worker_id, why
         )
+        observe.lease_lost(held.ctx, why)
 
     # -- finishing -------------------------------------------------------------
 
@@ -572,6 +602,7 @@ class Worker:
 
     def _write_outcomes(self, batch: list[tuple[HeldJob, Outcome]]) -> list[tuple[HeldJob, Outcome]]:
         """Write a batch; return the outcomes whose rows were locked (still to write)."""
+        began = time.perf_counter()
         rows = self._finish_db.execute(
             sql.FINISH,
             {
@@ -584,6 +615,7 @@ class Worker:
                 "retry_delays": [o.retry_delay for _, o in batch],
             },
         )
+        observe.finish_statement(time.perf_counter() - began)
         written = {job_id for job_id, ok in rows if ok}
         locked = {job_id for job_id, ok in rows if not ok}
         with self._lock:
@@ -614,12 +646,16 @@ class Worker:
                     self.worker_id,
                     outcome.status,
                 )
+                observe.lease_lost(
+                    held.ctx, f"stale {outcome.status} dropped (the job moved on)", stale_write=True
+                )
                 continue
             self._log_outcome(held, outcome)
         self._wake.set()
         return waiting
 
     def _log_outcome(self, held: HeldJob, outcome: Outcome) -> None:
+        observe.outcome_written(held.ctx.queue, held.task_name, outcome.status)
         ids = (held.id, held.attempt, self.worker_id)
         if outcome.status == "queued":
             self.counts["retried"] += 1
@@ -645,16 +681,21 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         next_beat = time.monotonic()
+        first = True
         while not self._done.is_set():
             now = time.monotonic()
             with self._lock:
                 held = [h for h in self._held.values() if not (h.settled and h.deadline == -1)]
             self._check_timeouts(held, now)
             if self.options.heartbeat and now >= next_beat:
+                lag = now - next_beat
                 shortest = min((h.lease_seconds for h in held), default=self.lease_seconds)
-                next_beat = now + self._beat_interval(shortest)
+                interval = self._beat_interval(shortest)
+                next_beat = now + interval
                 if held:
-                    self._beat(held)
+                    self._beat(held, lag)
+                observe.worker_alive(self._beat_db, self.worker_id, interval, first=first)
+                first = False
             deadlines = [h.deadline for h in held if h.deadline and h.deadline > 0 and not h.settled]
             wake_at = min([next_beat, *deadlines]) if self.options.heartbeat else min([now + 1, *deadlines])
             self._done.wait(max(0.01, min(wake_at - time.monotonic(), 1.0)))
@@ -686,7 +727,8 @@ class Worker:
                     "timeout job=%s attempt=%s worker=%s: %s", h.id, h.attempt, self.worker_id, error
                 )
 
-    def _beat(self, held: list[HeldJob]) -> None:
+    def _beat(self, held: list[HeldJob], lag: float) -> None:
+        began = time.perf_counter()
         try:
             rows = self._beat_db.execute(
                 sql.HEARTBEAT,
@@ -706,6 +748,7 @@ class Worker:
                 "heartbeat failed worker=%s jobs=%d: %s", self.worker_id, len(held), _one_line(exc)
             )
             return
+        observe.heartbeat(time.perf_counter() - began, lag)
         by_id = {h.id: h for h in held}
         for job_id, renewed, cancel_requested, still_held in rows:
             h = by_id[job_id]
