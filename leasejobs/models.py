@@ -56,7 +56,7 @@ class Job(models.Model):
     trace_context = models.JSONField(
         null=True,
         blank=True,
-        help_text="The W3C trace context of the enqueue (traceparent, tracestate), when tracing is on.",
+        help_text="W3C trace context of the enqueue, when tracing is on.",
     )
 
     class Meta:

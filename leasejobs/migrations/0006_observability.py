@@ -8,30 +8,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('leasejobs', '0002_joboverview'),
+        ("leasejobs", "0002_joboverview"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='trace_context',
-            field=models.JSONField(blank=True, help_text='The W3C trace context of the enqueue (traceparent, tracestate), when tracing is on.', null=True),
+            model_name="job",
+            name="trace_context",
+            field=models.JSONField(
+                blank=True, help_text="W3C trace context of the enqueue, when tracing is on.", null=True
+            ),
         ),
         migrations.CreateModel(
-            name='LiveWorker',
+            name="LiveWorker",
             fields=[
-                ('worker_id', models.CharField(max_length=255, primary_key=True, serialize=False)),
-                ('hostname', models.CharField(max_length=255)),
-                ('pid', models.IntegerField()),
-                ('started_at', models.DateTimeField()),
-                ('heartbeat_at', models.DateTimeField()),
-                ('interval_seconds', models.FloatField(help_text='The heartbeat interval the worker keeps.')),
+                ("worker_id", models.CharField(max_length=255, primary_key=True, serialize=False)),
+                ("hostname", models.CharField(max_length=255)),
+                ("pid", models.IntegerField()),
+                ("started_at", models.DateTimeField()),
+                ("heartbeat_at", models.DateTimeField()),
+                ("interval_seconds", models.FloatField(help_text="The heartbeat interval the worker keeps.")),
             ],
             options={
-                'db_table': 'leasejobs_worker',
-                'indexes': [models.Index(fields=['hostname', 'started_at'], name='leasejobs_worker_host')],
+                "db_table": "leasejobs_worker",
+                "indexes": [models.Index(fields=["hostname", "started_at"], name="leasejobs_worker_host")],
             },
         ),
     ]
