@@ -26,9 +26,7 @@ finished = Counter(
     "Outcomes written by this worker (outcome: done, retried, failed, cancelled).",
     (*LABELS, "outcome"),
 )
-run_seconds = Histogram(
-    "leasejobs_job_run_seconds", "Time a job body ran.", LABELS, buckets=JOB_BUCKETS
-)
+run_seconds = Histogram("leasejobs_job_run_seconds", "Time a job body ran.", LABELS, buckets=JOB_BUCKETS)
 queue_seconds = Histogram(
     "leasejobs_job_queue_seconds",
     "Time from a job's run_at (when it was due) to its start.",

@@ -58,9 +58,7 @@ def start(worker_id: str, concurrency: int, metrics_port: int | None = None) -> 
         try:
             from leasejobs import metrics
         except ImportError:
-            raise RuntimeError(
-                "metrics need prometheus-client: pip install 'leasejobs[metrics]'"
-            ) from None
+            raise RuntimeError("metrics need prometheus-client: pip install 'leasejobs[metrics]'") from None
         metrics.serve(int(port), concurrency)
         _metrics = metrics
     logger.info(
