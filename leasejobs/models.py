@@ -153,3 +153,26 @@ class LiveWorker(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class ChartPoint(models.Model):
+    """One value of an admin overview chart for one closed time bucket (see ``leasejobs.admin.charts``).
+
+    A cache, not a record: it only spares the overview from reading a whole
+    day of jobs on every refresh (measured in docs/admin.md). Kept two days.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    chart = models.CharField(max_length=32)
+    step_seconds = models.IntegerField()
+    t = models.DateTimeField()
+    series = models.CharField(max_length=100, blank=True)
+    value = models.FloatField(null=True)
+
+    class Meta:
+        db_table = "leasejobs_chartpoint"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["chart", "step_seconds", "t", "series"], name="leasejobs_chartpoint_key"
+            )
+        ]

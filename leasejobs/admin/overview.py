@@ -12,7 +12,9 @@ cheap on a big table:
 - the age of the oldest due job, per queue;
 - throughput: jobs finished in the last 1, 5 and 15 minutes;
 - live workers: the ``leased_by`` of jobs whose lease a heartbeat keeps
-  current (no worker table: a worker that holds no job is not seen).
+  current (a worker that holds no job is not listed);
+- charts over the last hour or day (``?window=hour|day``), see
+  ``leasejobs.admin.charts``.
 """
 
 import datetime as dt
@@ -28,7 +30,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from leasejobs.admin import lease
+from leasejobs.admin import charts, lease, svgchart
 from leasejobs.models import Job, JobOverview
 
 #: Throughput windows, in minutes; the largest also bounds the finished counts.
@@ -181,8 +183,12 @@ class OverviewAdmin(admin.ModelAdmin):
             refresh = max(0, int(request.GET.get("refresh", REFRESH_SECONDS)))
         except ValueError:
             refresh = REFRESH_SECONDS
+        window = charts.WINDOWS.get(request.GET.get("window", ""), charts.WINDOWS["hour"])
         context = {
             **self.admin_site.each_context(request),
+            "chart_window": window,
+            "chart_windows": list(charts.WINDOWS.values()),
+            "charts": [svgchart.render(chart) for chart in charts.build(window)],
             "title": "Queue overview",
             "opts": self.opts,
             "job_opts": Job._meta,
