@@ -132,7 +132,8 @@ def test_an_operator_finds_an_expired_lease_and_releases_it(live_server, django_
             lease_filter.get_by_role("link", name="All", exact=True).click()
             row = page.locator("#result_list tbody tr", has=page.locator(f'input[value="{stuck.pk}"]'))
             # Expired 95 s before the test began; a loaded machine takes a few seconds to get here.
-            expect(row.locator("td.field-lease_display")).to_contain_text(re.compile(r"expired 1 min [3-5]\d s"))
+            lease_cell = row.locator("td.field-lease_display")
+            expect(lease_cell).to_contain_text(re.compile(r"expired 1 min [3-5]\d s"))
             row.locator("input.action-select").check()
             page.select_option("select[name=action]", "release_lease")
             page.click("div.actions button[name=index]")  # "Go" (Django 5.2) or "Run" (6.1)
