@@ -120,6 +120,8 @@ def job_finished(
     ``lease_lost`` when the body stopped on ``LeaseLost``; ``exception``:
     what the body raised, or None.
     """
+    if handle is None and _metrics is None and not _send_finished:
+        return
     outcome = _OUTCOMES.get(status, status)
     if handle is not None:
         handle.end(outcome, exception)
