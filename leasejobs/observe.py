@@ -23,8 +23,10 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+import psycopg
+
 from leasejobs import conf, liveness, signals, tracing
-from leasejobs.connection import CONNECTION_ERRORS, WorkerConnection
+from leasejobs.connection import WorkerConnection
 from leasejobs.context import JobContext
 
 logger = logging.getLogger("leasejobs.observe")
@@ -188,19 +190,24 @@ def worker_alive(db: WorkerConnection, worker_id: str, interval: float, *, first
             liveness.ALIVE,
             {"worker_id": worker_id, "hostname": _HOST, "pid": os.getpid(), "interval": interval},
         )
-    except CONNECTION_ERRORS as exc:
-        logger.warning("liveness row not refreshed worker=%s: %s", worker_id, exc)
+    except psycopg.Error as exc:  # a lost connection, a missing grant: never the heartbeat's end
+        logger.warning("liveness row not refreshed worker=%s: %s", worker_id, _first_line(exc))
 
 
 def worker_stopped(db: WorkerConnection, worker_id: str) -> None:
     """Called once as the worker stops cleanly, before its connections close: deletes its row."""
     try:
         db.execute(liveness.GONE, {"worker_id": worker_id})
-    except CONNECTION_ERRORS as exc:
-        logger.warning("liveness row not deleted worker=%s: %s", worker_id, exc)
+    except psycopg.Error as exc:
+        logger.warning("liveness row not deleted worker=%s: %s", worker_id, _first_line(exc))
 
 
 _HOST = socket.gethostname()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _send(signal: Any, ctx: JobContext, **kwargs: Any) -> None:
