@@ -27,3 +27,6 @@ FORGET_DEAD = "DELETE FROM leasejobs_worker WHERE heartbeat_at < now() - interva
 
 #: SQL fragment: the row of a live worker (alias ``w``).
 LIVE = f"w.heartbeat_at > now() - make_interval(secs => {STALE_AFTER} * w.interval_seconds)"
+
+#: How many workers are live.
+COUNT_LIVE = f"SELECT count(*) FROM leasejobs_worker AS w WHERE {LIVE}"

@@ -17,7 +17,7 @@ from leasejobs.enqueue import DB_ALIAS
 #: every row; a queue-less row when no job is active.
 QUERY = f"""
 SELECT a.queue, a.status, COALESCE(a.jobs, 0), a.oldest_due_age, COALESCE(a.expired, 0), w.live
-FROM (SELECT count(*) AS live FROM leasejobs_worker AS w WHERE {liveness.LIVE}) AS w
+FROM ({liveness.COUNT_LIVE}) AS w(live)
 LEFT JOIN LATERAL (
     SELECT queue, status, count(*) AS jobs,
            extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now()))

@@ -1,8 +1,10 @@
 """The overview's charts: the numbers each query finds, their cache, and the page that draws them."""
 
 import datetime as dt
+import re
 
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 
 from leasejobs.admin import charts
@@ -87,6 +89,11 @@ def test_closed_buckets_are_computed_once_and_kept():
 
 def test_the_overview_draws_four_labelled_charts_with_tables(admin_client):
     a_busy_hour()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO leasejobs_worker VALUES ('w-live', 'h', 1, now(), now(), 10), "
+            "('w-dead', 'h', 2, now(), now() - interval '1 hour', 10)"
+        )
     for window, label in (("", "last hour, per minute"), ("day", "last day, per 15 minutes")):
         page = admin_client.get(f"/admin/leasejobs/joboverview/?window={window}&refresh=0").content.decode()
         assert f"Over time: {label}" in page
@@ -102,3 +109,4 @@ def test_the_overview_draws_four_labelled_charts_with_tables(admin_client):
             assert f"{title}: data table</summary>" in page
         assert ">jobs per minute</text>" in page and ">time (" in page
         assert "<polyline" in page
+        assert re.search(r'"leasejobs-big">1</p>\s*<p>heartbeating; 0 holding a lease', page)
