@@ -258,3 +258,13 @@ def test_json_logs_carry_the_text_lines_fields_and_escape_the_message(start_work
     assert '\\"hi\\"\\tand left a \\\\ behind' in lines[entries.index(failed)]
     assert by_event[("claimed", ok.id)]["task"] == "tests.testapp.tasks.add"
     assert {e["event"] for e in entries} >= {"worker started", "claimed", "done", "failed", "worker stopped"}
+
+
+def test_a_metrics_port_in_use_stops_the_worker_with_one_clear_message(start_worker):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        worker = start_worker("--metrics-port", str(taken.getsockname()[1]))
+        assert worker.wait() != 0
+    refused = r"CommandError: Cannot serve metrics: \[Errno 98\] Address already in use\."
+    assert re.search(refused, worker.log())

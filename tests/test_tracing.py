@@ -87,3 +87,27 @@ def test_a_request_that_enqueues_and_the_attempts_that_run_it_are_one_trace(span
     assert attempts[0]["attributes"]["leasejobs.outcome"] == "retry"
     assert attempts[0]["events"][0]["name"] == "exception"
     assert attempts[1]["attributes"]["leasejobs.outcome"] == "done"
+
+
+@pytest.mark.django_db
+def test_a_bulk_enqueue_is_one_send_span_whose_context_every_job_keeps(spans):
+    from tests.testapp.tasks import add
+
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("request") as request:
+        jobs = add.bulk_enqueue([((i, 1), {}) for i in range(3)])
+    (send,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.PRODUCER]
+    assert send.name == "send default" and send.parent.span_id == request.get_span_context().span_id
+    assert send.attributes["messaging.batch.message_count"] == 3
+    stored = {j.trace_context["traceparent"] for j in Job.objects.filter(id__in=[j.id for j in jobs])}
+    assert len(stored) == 1 and stored.pop().split("-")[2] == f"{send.context.span_id:016x}"
+
+
+@pytest.mark.django_db
+def test_opentelemetry_false_makes_no_span_and_stores_no_context(spans, settings):
+    from tests.testapp.tasks import add
+
+    settings.LEASEJOBS = {**settings.LEASEJOBS, "OPENTELEMETRY": False}
+    job = add.enqueue(1, 2)
+    assert spans.get_finished_spans() == ()
+    assert Job.objects.get(id=job.id).trace_context is None
