@@ -31,6 +31,14 @@ DEFAULTS: dict[str, Any] = {
     # buffered job starts within 0.1 s (and a tenth of its lease): 1000 only
     # for jobs of 0.4 ms or less at concurrency 4. 0 claims free slots only.
     "PREFETCH": 1000,
+    # Serve the worker's Prometheus metrics on this port (runworker
+    # --metrics-port); None: off. Needs the leasejobs[metrics] extra.
+    "METRICS_PORT": None,
+    # OpenTelemetry spans for enqueue and attempts: None (on when
+    # opentelemetry-api is installed and a tracer provider is set), or False.
+    "OPENTELEMETRY": None,
+    # The worker's log lines: "text" or "json" (runworker --log-format).
+    "LOG_FORMAT": "text",
 }
 
 

@@ -49,6 +49,8 @@ class JobContext:
     lease_seconds: float = 30.0
     #: Called when a side-effect block ends, so the worker heartbeats soon.
     after_side_effect: Callable[[], None] | None = field(default=None, repr=False)
+    #: Called when the fence refused a write of this attempt (the worker's metrics).
+    on_stale_write: "Callable[[JobContext], None] | None" = field(default=None, repr=False)
     _lease_lost: bool = field(default=False, repr=False)
     _cancel_requested: bool = field(default=False, repr=False)
 
@@ -116,6 +118,8 @@ class JobContext:
     def _stale(self, key: str, row: Any) -> LeaseLost:
         """Mark the lease lost, log the rejected write, and make the error to raise."""
         self.mark_lease_lost()
+        if self.on_stale_write is not None:
+            self.on_stale_write(self)
         if row is None:
             now = "no longer held by this attempt"
         elif row[2] != self.worker_id and row[0] == self.attempt:

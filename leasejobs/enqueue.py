@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connections
 
-from leasejobs import conf, sql
+from leasejobs import conf, sql, tracing
 from leasejobs.models import Job
 
 DB_ALIAS = "default"
@@ -135,7 +135,13 @@ def build_many(
     return specs
 
 
-def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetime) -> Job:
+def _job(
+    spec: JobSpec,
+    job_id: int,
+    run_at: dt.datetime,
+    created_at: dt.datetime,
+    trace_context: dict[str, str] | None,
+) -> Job:
     """The Job a fresh insert made, without reading it back.
 
     Built with ``Model.from_db``, as Django builds rows it reads: more than
@@ -165,6 +171,7 @@ def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetim
         "created_at": created_at,
         "started_at": None,
         "finished_at": None,
+        "trace_context": trace_context,
     }
     return Job.from_db(DB_ALIAS, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
@@ -174,7 +181,19 @@ _JOB_FIELDS = [f.attname for f in Job._meta.concrete_fields]
 
 
 def insert(spec: JobSpec) -> Job:
-    """Insert one job (or return the job that already has its idempotency key)."""
+    """Insert one job (or return the job that already has its idempotency key).
+
+    With tracing on, inside a ``send <queue>`` span whose context the job keeps.
+    """
+    if not tracing.enabled():
+        return _insert(spec, None)
+    with tracing.enqueue_span(spec.queue, 1) as (span, carrier):
+        job = _insert(spec, carrier)
+        tracing.set_message_ids(span, [job.id])
+        return job
+
+
+def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
     with connections[DB_ALIAS].cursor() as cursor:
         cursor.execute(
             sql.ENQUEUE,
@@ -189,12 +208,13 @@ def insert(spec: JobSpec) -> Job:
                 "delay": spec.delay,
                 "idempotency_key": spec.idempotency_key,
                 "channel": conf.get("NOTIFY_CHANNEL"),
+                "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
         )
         row = cursor.fetchone()
     if row is None:
         return Job.objects.using(DB_ALIAS).get(idempotency_key=spec.idempotency_key)
-    return _job(spec, row[0], row[1], row[2])
+    return _job(spec, row[0], row[1], row[2], trace_context)
 
 
 def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
@@ -206,6 +226,15 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
     specs = list(specs)
     if not specs:
         return []
+    if not tracing.enabled():
+        return _insert_many(specs, None)
+    with tracing.enqueue_span(specs[0].queue, len(specs)) as (span, carrier):
+        jobs = _insert_many(specs, carrier)
+        tracing.set_message_ids(span, [j.id for j in jobs])
+        return jobs
+
+
+def _insert_many(specs: list[JobSpec], trace_context: dict[str, str] | None) -> list[Job]:
     with connections[DB_ALIAS].cursor() as cursor:
         cursor.execute(
             sql.BULK_ENQUEUE,
@@ -220,6 +249,7 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
                 "delays": [s.delay for s in specs],
                 "idempotency_keys": [s.idempotency_key for s in specs],
                 "channel": conf.get("NOTIFY_CHANNEL"),
+                "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
         )
         rows = cursor.fetchall()
@@ -235,7 +265,7 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
             jobs.append(by_key.get(key))
             continue
         job_id, _key, run_at, created_at, _ = next(inserted)
-        job = _job(spec, job_id, run_at, created_at)
+        job = _job(spec, job_id, run_at, created_at, trace_context)
         if key is not None:
             by_key[key] = job
             pending.discard(key)

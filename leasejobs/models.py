@@ -58,6 +58,11 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True, help_text="When the latest attempt was claimed.")
     finished_at = models.DateTimeField(null=True, blank=True)
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="W3C trace context of the enqueue, when tracing is on.",
+    )
 
     class Meta:
         db_table = "leasejobs_job"
@@ -131,3 +136,48 @@ class JobOverview(Job):
         default_permissions = ()
         verbose_name = "overview"
         verbose_name_plural = "overview"
+
+
+class LiveWorker(models.Model):
+    """One row per running worker, refreshed by its heartbeat thread (see ``leasejobs.liveness``).
+
+    Read by ``manage.py leasejobs_health --worker`` and the live-worker
+    gauges; written only by workers, with raw SQL.
+    """
+
+    worker_id = models.CharField(max_length=255, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    interval_seconds = models.FloatField(help_text="The heartbeat interval the worker keeps.")
+
+    class Meta:
+        db_table = "leasejobs_worker"
+        indexes = [models.Index(fields=["hostname", "started_at"], name="leasejobs_worker_host")]
+
+    def __str__(self) -> str:
+        return self.worker_id
+
+
+class ChartPoint(models.Model):
+    """One value of an admin overview chart for one closed time bucket (see ``leasejobs.admin.charts``).
+
+    A cache, not a record: it only spares the overview from reading a whole
+    day of jobs on every refresh (measured in docs/admin.md). Kept two days.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    chart = models.CharField(max_length=32)
+    step_seconds = models.IntegerField()
+    t = models.DateTimeField()
+    series = models.CharField(max_length=100, blank=True)
+    value = models.FloatField(null=True)
+
+    class Meta:
+        db_table = "leasejobs_chartpoint"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["chart", "step_seconds", "t", "series"], name="leasejobs_chartpoint_key"
+            )
+        ]

@@ -38,13 +38,13 @@ WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at
+        errors, worker_ids, created_at, trace_context
     )
     VALUES (
         %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
         'queued', 0, %(max_attempts)s,
         COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-        '', false, %(idempotency_key)s, '', '[]', '[]', now()
+        '', false, %(idempotency_key)s, '', '[]', '[]', now(), %(trace_context)s::jsonb
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, run_at, created_at
@@ -57,18 +57,19 @@ SELECT id, run_at, created_at, (SELECT count(*) FROM notified) FROM inserted
 
 #: Insert many jobs in one statement, one array element per job, in input
 #: order. Rows whose idempotency key is taken are skipped (not returned).
-#: One NOTIFY per distinct queue with a due job.
+#: One NOTIFY per distinct queue with a due job. All rows share one trace
+#: context (the bulk enqueue's span), or none.
 BULK_ENQUEUE = """
 WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at
+        errors, worker_ids, created_at, trace_context
     )
     SELECT r.task_name, r.queue, r.priority, r.args::jsonb, r.kwargs::jsonb,
            'queued', 0, r.max_attempts,
            COALESCE(r.run_at, now() + make_interval(secs => r.delay)),
-           '', false, r.idempotency_key, '', '[]', '[]', now()
+           '', false, r.idempotency_key, '', '[]', '[]', now(), %(trace_context)s::jsonb
     FROM unnest(
         %(task_names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
         %(args)s::text[], %(kwargs)s::text[], %(max_attempts)s::int[],
@@ -122,6 +123,8 @@ ORDER BY i.id
 #: worker's claim connection turns sequential and bitmap scans off, so this
 #: is always a walk of the partial index that stops after ``limit`` rows,
 #: whatever the table's statistics say (see ``leasejobs.store``).
+#: ``waited`` (seconds from ``run_at`` to the claim, database clock) and
+#: ``trace_context`` feed the queue-time metric and the attempt's span.
 CLAIM = """
 WITH picked AS (
     SELECT id, priority, run_at, status = 'running' AS taken_over,
@@ -168,10 +171,11 @@ claimed AS (
     FROM ranked AS p, durable
     WHERE j.id = p.id AND durable.setting IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
-              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at
+              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at,
+              j.trace_context
 )
 SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
-       counted, taken_over
+       counted, taken_over, extract(epoch FROM now() - run_at)::float8 AS waited, trace_context
 FROM claimed
 ORDER BY priority DESC, run_at, id
 """

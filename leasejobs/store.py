@@ -7,13 +7,15 @@ never as tuples unpacked by position in several files. ``WorkerStore`` owns
 the worker's three connections and the session settings each needs.
 """
 
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
-from leasejobs import sql
+from leasejobs import liveness, sql
 from leasejobs.connection import WorkerConnection
 
 #: How long a claim or finish waits for a table-level lock before it gives
@@ -57,6 +59,10 @@ class ClaimedRow(NamedTuple):
     counted: bool
     #: The job was running under an expired lease (taken over), not queued.
     taken_over: bool
+    #: Seconds from the job's ``run_at`` to this claim (database clock): its queue time.
+    waited: float
+    #: The W3C trace context stored at enqueue (None without OpenTelemetry).
+    trace_context: Any
 
 
 class BeatRow(NamedTuple):
@@ -183,6 +189,27 @@ class WorkerStore:
             },
         )
         return {Attempt(job_id, attempt) for job_id, attempt in rows}
+
+    def alive(self, interval: float, *, first: bool) -> None:
+        """Keep this worker's ``leasejobs_worker`` row fresh (see ``leasejobs.liveness``).
+
+        ``first``: also forget workers that died without a clean stop a day ago.
+        """
+        if first:
+            self._beat.execute(liveness.FORGET_DEAD)
+        self._beat.execute(
+            liveness.ALIVE,
+            {
+                "worker_id": self.worker_id,
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "interval": interval,
+            },
+        )
+
+    def gone(self) -> None:
+        """At a clean stop: this worker's row goes."""
+        self._beat.execute(liveness.GONE, {"worker_id": self.worker_id})
 
     def close(self) -> None:
         for conn in (self._claim, self._beat, self._finish):

@@ -6,6 +6,7 @@ from demo_site.settings import *  # noqa: F403
 from demo_site.settings import INSTALLED_APPS, LEASEJOBS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
+ROOT_URLCONF = "tests.urls"
 LEASEJOBS = {**LEASEJOBS, "RETRY_BACKOFF_SECONDS": 0.2, "RETRY_BACKOFF_MAX_SECONDS": 1.0}
 
 # Django's Tasks framework (Django 6+ only): Django Tasks of the test app go

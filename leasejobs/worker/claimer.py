@@ -7,9 +7,10 @@ buffer runs low, or the poll interval passes.
 """
 
 import threading
+import time
 from collections.abc import Callable
 
-from leasejobs import registry
+from leasejobs import observe, registry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.context import JobContext
 from leasejobs.store import Attempt, ClaimedRow, Outcome, WorkerStore
@@ -89,6 +90,7 @@ class Claimer:
 
     def claim(self, limit: int, counted: int) -> int:
         """Claim up to ``limit`` jobs and hand them to the runners; returns the rows claimed."""
+        began = time.perf_counter()
         rows = self.store.claim(
             limit=limit,
             counted=counted,
@@ -96,20 +98,25 @@ class Claimer:
             lease_seconds=self.lease_seconds,
             task_leases=self.task_leases,
         )
+        seconds = time.perf_counter() - began
+        claimed_at = time.monotonic()
         jobs: list[HeldJob] = []
         refused: list[tuple[HeldJob, str]] = []
         for row in rows:
             if row.ended is not None:
                 self.held.ended_at_claim(row.ended)
-                self.events.ended_at_claim(row.id, row.attempt, row.ended, row.last_error)
+                self.events.ended_at_claim(
+                    row.id, row.attempt, row.ended, row.last_error, row.queue, row.task_name
+                )
                 continue
-            job = self._held_job(row)
+            job = self._held_job(row, claimed_at)
             self.events.claimed(job)
             why = _refusal(job)
             if why is None:
                 jobs.append(job)
             else:
                 refused.append((job, why))
+        self.events.claim_statement(jobs, seconds)
         self.held.add(jobs, [job for job, _ in refused])
         for job, why in refused:
             self._settle(job, outcomes.refusal(why))
@@ -118,7 +125,7 @@ class Claimer:
             self._new_lease(shortest)
         return len(rows)
 
-    def _held_job(self, row: ClaimedRow) -> HeldJob:
+    def _held_job(self, row: ClaimedRow, claimed_at: float) -> HeldJob:
         task = registry.get(row.task_name)
         lease = float(task.lease_seconds) if task and task.lease_seconds else self.lease_seconds
         return HeldJob(
@@ -133,6 +140,9 @@ class Claimer:
             counted=row.counted,
             taken_over=row.taken_over,
             lease_seconds=lease,
+            waited=row.waited,
+            claimed_at=claimed_at,
+            trace_context=row.trace_context,
             ctx=JobContext(
                 job_id=row.id,
                 attempt=row.attempt,
@@ -141,6 +151,7 @@ class Claimer:
                 queue=row.queue,
                 lease_seconds=lease,
                 after_side_effect=self._after_side_effect,
+                on_stale_write=observe.stale_write_rejected,
             ),
         )
 

@@ -80,7 +80,9 @@ class Finisher:
             return self._write_unstorable(batch[0], exc)
 
     def _write_batch(self, batch: list[HeldJob]) -> list[HeldJob]:
+        began = time.perf_counter()
         rows = self.store.finish([(job.key, _outcome(job), job.started and not job.counted) for job in batch])
+        self.events.finish_statement(time.perf_counter() - began)
         written = {(r.id, r.attempt) for r in rows if r.written}
         locked = {(r.id, r.attempt) for r in rows if not r.written}
         waiting = []
@@ -95,7 +97,9 @@ class Finisher:
                     self.events.finish_locked(job)
                 waiting.append(job)
             elif self.held.drop(job, lost=True):
-                self.events.lease_lost(job, f"stale {_outcome(job).status} dropped (the job moved on)")
+                self.events.lease_lost(
+                    job, f"stale {_outcome(job).status} dropped (the job moved on)", stale_write=True
+                )
         self.on_written()
         return waiting
 

@@ -63,6 +63,12 @@ class HeldJob:
     taken_over: bool
     lease_seconds: float
     ctx: JobContext
+    #: Seconds from ``run_at`` to the claim (database clock), and the monotonic
+    #: time of the claim: together the job's queue time when its body starts.
+    waited: float = 0.0
+    claimed_at: float = 0.0
+    #: The W3C trace context stored at enqueue, for the attempt's span.
+    trace_context: Any = None
     phase: Phase = Phase.BUFFERED
     started: bool = False
     #: Monotonic time past which the body has timed out (None: no timeout).

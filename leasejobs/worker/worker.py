@@ -18,6 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import psycopg
+
 from leasejobs import conf, registry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.store import Outcome, WorkerStore
@@ -150,6 +152,7 @@ class Worker:
             self._give_back(self.held.give_back())
             self.heartbeater.stop()
             self._done.set()
+            self._forget_me()
             self.store.close()
             self.shutdown.stopped()
             self.events.stopped(self.held.counts)
@@ -181,6 +184,13 @@ class Worker:
             if task.lease_seconds and rules.heartbeat_interval(option, task.lease_seconds) < option:
                 interval = rules.heartbeat_interval(option, task.lease_seconds)
                 self.events.heartbeat_clamped(name, float(task.lease_seconds), interval)
+
+    def _forget_me(self) -> None:
+        """A clean stop removes this worker's liveness row (a killed one's goes stale)."""
+        try:
+            self.store.gone()
+        except psycopg.Error as exc:
+            self.events.liveness_failed(exc)
 
     def _finish_deadline(self) -> float:
         if self.shutdown.grace_deadline is None:

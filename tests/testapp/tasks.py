@@ -104,3 +104,9 @@ def until_cancelled(ctx, seconds):
     while time.monotonic() < deadline and not ctx.cancel_requested:
         time.sleep(0.05)
     return "stopped" if ctx.cancel_requested else "finished"
+
+
+@task(max_attempts=1)
+def noisy():
+    """Fails with quotes, a backslash and a tab in its error: the JSON log must escape them."""
+    raise ValueError('he said "hi"\tand left a \\ behind')

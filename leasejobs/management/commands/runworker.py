@@ -9,9 +9,10 @@ from typing import Any
 import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leasejobs import registry
+from leasejobs import conf, observe, registry
 from leasejobs.connection import connection_params
 from leasejobs.enqueue import QUEUE_MAX_LENGTH
+from leasejobs.logformat import JsonFormatter
 from leasejobs.worker import Worker, WorkerOptions
 
 
@@ -114,13 +115,32 @@ class Command(BaseCommand):
             help="On SIGTERM/SIGINT, let running jobs finish this long before "
             "giving their leases back (default 10).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=_port,
+            metavar="PORT",
+            help="Serve Prometheus metrics on this port (default LEASEJOBS['METRICS_PORT']; "
+            "needs leasejobs[metrics]).",
+        )
+        parser.add_argument(
+            "--log-format",
+            choices=["text", "json"],
+            help="One line of text or one JSON object per event (default LEASEJOBS['LOG_FORMAT']).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         worker_options = self._worker_options(options)
-        _configure_logging(options["verbosity"])
+        log_format = options["log_format"] or conf.get("LOG_FORMAT")
+        if log_format not in ("text", "json"):
+            raise CommandError(f"LEASEJOBS['LOG_FORMAT'] must be 'text' or 'json', not {log_format!r}.")
+        _configure_logging(options["verbosity"], log_format)
         self._check_database()
         registry.autodiscover()
         worker = Worker(worker_options)
+        try:
+            observe.start(worker.worker_id, worker_options.concurrency, options["metrics_port"])
+        except (RuntimeError, OSError) as exc:
+            raise CommandError(f"Cannot serve metrics: {exc}.") from None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: worker.request_stop())
         worker.run()
@@ -181,12 +201,26 @@ class Command(BaseCommand):
             )
 
 
-def _configure_logging(verbosity: int) -> None:
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise ValueError(text)
+    return value
+
+
+_port.__name__ = "port number"
+
+
+def _configure_logging(verbosity: int, log_format: str) -> None:
     """Show the worker's one-line events on stderr unless logging is configured.
 
     ``-v 0``: problems only (WARNING). ``-v 1``, the default: also start, stop,
     cancels and releases (INFO), unless LOGGING set another level. ``-v 2``:
     also a line per claimed and finished job (DEBUG).
+
+    ``json`` also switches the handlers that configured logging put on the
+    ``leasejobs`` logger or the root logger to ``JsonFormatter``: asking for
+    JSON on the command line must give JSON whatever LOGGING says.
     """
     logger = logging.getLogger("leasejobs")
     if verbosity == 0:
@@ -199,3 +233,6 @@ def _configure_logging(verbosity: int) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logger.addHandler(handler)
+    if log_format == "json":
+        for handler in [*logger.handlers, *logging.getLogger().handlers]:
+            handler.setFormatter(JsonFormatter())
