@@ -20,7 +20,8 @@ import re
 FIELDS = {"job": int, "attempt": int, "worker": str, "task": str, "queue": str}
 
 _FIELD = re.compile(r"(?<!\S)(job|attempt|worker|task|queue)=([^\s:,]+)")
-_EVENT = re.compile(r"^([a-z][a-z -]*?)(?=\s+\w+=|:|$)")
+#: The event is what comes before the first ``key=`` field or colon.
+_EVENT_END = re.compile(r"\s+\w+=|:")
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,9 +34,9 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "logger": record.name,
         }
-        event = _EVENT.match(message)
+        event = _EVENT_END.split(message, maxsplit=1)[0].strip()
         if event:
-            entry["event"] = event.group(1).strip()
+            entry["event"] = event
         for name, value in _FIELD.findall(message):
             if name not in entry:
                 entry[name] = _typed(name, value)

@@ -252,7 +252,7 @@ def test_json_logs_carry_the_text_lines_fields_and_escape_the_message(start_work
     by_event = {(e.get("event"), e.get("job")): e for e in entries}
     done_entry = by_event[("done", ok.id)]
     assert done_entry["attempt"] == 1 and done_entry["level"] == "DEBUG"
-    assert done_entry["worker"] == entries[0]["worker"]
+    assert done_entry["worker"] == by_event[("worker started", None)]["worker"]
     assert done_entry["message"] == f"done job={ok.id} attempt=1 worker={done_entry['worker']}"
     failed = by_event[("failed", bad.id)]
     assert failed["level"] == "ERROR"
