@@ -137,6 +137,14 @@ class Fleet:
         return "\n".join(w.log() for w in self.started)
 
 
+def resume_due(paused: dict[WorkerProcess, float], now: float) -> None:
+    """SIGCONT each paused worker whose resume time (monotonic) has come; it leaves ``paused``."""
+    for w, resume_at in list(paused.items()):
+        if now >= resume_at:
+            w.signal(signal.SIGCONT)
+            del paused[w]
+
+
 def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict[str, Any]:
     """Figures of a finished scenario, then its guarantees asserted.
 

@@ -27,7 +27,7 @@ from django.db import connection
 
 from leasejobs.models import Job
 from tests.chaos import tasks
-from tests.chaos.helpers import Fleet, check, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check, resume_due, unfinished, wait_finished
 from tests.helpers import WorkerProcess
 from tests.testapp.models import Sent
 
@@ -102,10 +102,7 @@ def test_mixed_storm(start_worker, record_figures):
     next_event = time.monotonic() + 1.0
     while unfinished(job_ids) and time.monotonic() < deadline:
         now = time.monotonic()
-        for w, resume_at in list(paused.items()):
-            if now >= resume_at:
-                w.signal(signal.SIGCONT)
-                del paused[w]
+        resume_due(paused, now)
         if now >= next_event:
             next_event = now + random.uniform(1.0, 1.4)
             running = [w for w in fleet.live() if w not in paused]
