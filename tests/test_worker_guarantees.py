@@ -31,12 +31,14 @@ from tests.testapp.tasks import (
     poison,
     quick,
     raises_after_file,
+    raises_big,
     raises_forged_line,
     raises_nul,
     receipt,
     record,
     returns_nul,
     short_lease_sleeper,
+    sleeper,
 )
 
 FINAL = ("done", "failed", "cancelled")
@@ -335,3 +337,42 @@ def test_8_side_effect_data_over_the_payload_limit_raises_value_error_in_the_bod
     assert not SideEffect.objects.filter(job_id=job.id).exists()
     assert job_now(small).result == {"error": None}
     assert SideEffect.objects.filter(job_id=small.id).count() == 1
+
+
+def test_8_an_error_text_over_the_payload_limit_is_cut_to_it(start_worker):
+    job = raises_big.enqueue(5000)  # max_attempts=1
+    after = record.enqueue("after")
+    start_worker(env=PAYLOAD_LIMIT)
+    wait_until(lambda: job_now(job).status in FINAL, timeout=60, what="the job ends")
+    job = job_now(job)
+    assert job.status == "failed" and job.last_error.startswith("ValueError: xxx"), job.last_error[:200]
+    assert len(job.last_error) <= 1000, len(job.last_error)
+    assert all(len(e["traceback"]) <= 1000 for e in job.errors), [len(e["traceback"]) for e in job.errors]
+    wait_until(lambda: job_now(after).status == "done", timeout=30, what="the worker goes on")
+
+
+def test_8_a_lease_is_stamped_when_the_claim_got_its_rows(start_worker):
+    """A claim that waited on a table lock still gives the job its whole lease.
+
+    Passes on the worker of issue 10 (its claim runs in autocommit); it guards
+    a claim made inside an explicit transaction (say, to force synchronous
+    commit for it), where ``now()`` would be the transaction's start.
+    """
+    import psycopg
+
+    from leasejobs.connection import connection_params
+
+    job = sleeper.enqueue(3)
+    locker = psycopg.connect(**connection_params())
+    try:
+        locker.execute("LOCK TABLE leasejobs_job IN SHARE MODE")  # blocks claims, not reads
+        worker = start_worker("--lease", "30")
+        worker.wait_for_log("worker started", timeout=30)
+        time.sleep(2.5)  # the first claim waits on the lock (the worker gives up after 5 s)
+        released = locker.execute("SELECT clock_timestamp()").fetchone()[0]
+        locker.commit()
+    finally:
+        locker.close()
+    wait_until(lambda: runs(job) == 1, timeout=30, what="the job starts")
+    job = job_now(job)
+    assert job.lease_until >= released + dt.timedelta(seconds=29.5), (job.lease_until, released)

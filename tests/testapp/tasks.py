@@ -200,3 +200,9 @@ def big_effect_data(ctx, size):
     except ValueError as exc:
         return {"error": str(exc)}
     return {"error": None}
+
+
+@task(max_attempts=1)
+def raises_big(size):
+    _record_run()
+    raise ValueError("x" * size)
