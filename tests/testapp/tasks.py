@@ -206,3 +206,13 @@ def big_effect_data(ctx, size):
 def raises_big(size):
     _record_run()
     raise ValueError("x" * size)
+
+
+@task(takes_context=True, max_attempts=2)
+def fails_first_run(ctx):
+    """Fails the first time its body runs, whatever the attempt (claim) number, then succeeds."""
+    first = not BodyRun.objects.filter(job_id=ctx.job_id).exists()
+    _record_run()
+    if first:
+        raise ValueError("the first run fails")
+    return ctx.attempt
