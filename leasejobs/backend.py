@@ -209,9 +209,16 @@ def task_result(task: Task, job: Any, alias: str) -> TaskResult:
     traceback), plus a ``JobFailed`` entry when the job ended without an
     exception of its own; ``worker_ids`` one per claim, so ``attempts`` is
     the job's attempt. ``last_attempted_at`` is the latest claim's start.
+
+    ``task.run_after`` is the job's ``run_at`` when that differs from its
+    ``created_at`` (both are the enqueue statement's time for a job due at
+    once), else None: what ``enqueue`` returned, read back from the row alone.
+    A retry moves ``run_at``, so a retried job shows when its retry was due.
     """
-    if (task.priority, task.queue_name) != (job.priority, job.queue):
-        task = task.using(priority=job.priority, queue_name=job.queue)
+    run_after = job.run_at if job.run_at != job.created_at else None
+    if (task.priority, task.queue_name, task.run_after) != (job.priority, job.queue, run_after):
+        # ``Task.using`` cannot set run_after back to None; ``replace`` validates the same way.
+        task = dataclasses.replace(task, priority=job.priority, queue_name=job.queue, run_after=run_after)
     errors = [
         TaskError(exception_class_path=e["exception_class"], traceback=e["traceback"]) for e in job.errors
     ]

@@ -33,6 +33,10 @@ primary key is the only index left for the probe.
 #: reads the existing job). Workers are woken by a NOTIFY carrying the queue
 #: name, delivered when the caller's transaction commits; a job scheduled for
 #: later sends none (the workers' poll finds it when it is due).
+#:
+#: ``delay`` counts from this statement (``statement_timestamp()``), not from
+#: the start of the caller's transaction (``now()``): enqueued late in a long
+#: transaction, a job with ``delay=1`` must still wait a second.
 ENQUEUE = """
 WITH inserted AS (
     INSERT INTO leasejobs_job (
@@ -43,14 +47,14 @@ WITH inserted AS (
     VALUES (
         %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
         'queued', 0, %(max_attempts)s,
-        COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-        '', false, %(idempotency_key)s, '', '[]', '[]', now(), %(trace_context)s::jsonb
+        COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
+        '', false, %(idempotency_key)s, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, run_at, created_at
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, %(queue)s) FROM inserted WHERE run_at <= now()
+    SELECT pg_notify(%(channel)s, %(queue)s) FROM inserted WHERE run_at <= statement_timestamp()
 )
 SELECT id, run_at, created_at, (SELECT count(*) FROM notified) FROM inserted
 """
@@ -68,8 +72,8 @@ WITH inserted AS (
     )
     SELECT r.task_name, r.queue, r.priority, r.args::jsonb, r.kwargs::jsonb,
            'queued', 0, r.max_attempts,
-           COALESCE(r.run_at, now() + make_interval(secs => r.delay)),
-           '', false, r.idempotency_key, '', '[]', '[]', now(), %(trace_context)s::jsonb
+           COALESCE(r.run_at, statement_timestamp() + make_interval(secs => r.delay)),
+           '', false, r.idempotency_key, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb
     FROM unnest(
         %(task_names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
         %(args)s::text[], %(kwargs)s::text[], %(max_attempts)s::int[],
@@ -82,7 +86,7 @@ WITH inserted AS (
 ),
 notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM (
-        SELECT DISTINCT queue FROM inserted WHERE run_at <= now()
+        SELECT DISTINCT queue FROM inserted WHERE run_at <= statement_timestamp()
     ) AS due
 )
 SELECT i.id, i.idempotency_key, i.run_at, i.created_at,

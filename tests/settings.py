@@ -1,5 +1,6 @@
 """Test settings: the demo site plus a test app whose tasks the worker runs."""
 
+import os
 from importlib.util import find_spec
 
 from demo_site.settings import *  # noqa: F403
@@ -24,3 +25,8 @@ if find_spec("django.tasks") is not None:
             "django.tasks": {"handlers": ["console"], "level": "INFO", "propagate": False},
         },
     }
+
+# A worker started with this variable has a small payload limit, so a test can
+# exceed it with a result or side-effect data of a few kilobytes.
+if _max_payload := os.environ.get("LEASEJOBS_TEST_MAX_PAYLOAD_BYTES"):
+    LEASEJOBS["MAX_PAYLOAD_BYTES"] = int(_max_payload)

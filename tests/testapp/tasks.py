@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from leasejobs import current_job, task
+from leasejobs import LeaseLost, current_job, task
 from tests.testapp.models import BodyRun, Sent
 
 
@@ -110,3 +110,115 @@ def until_cancelled(ctx, seconds):
 def noisy():
     """Fails with quotes, a backslash and a tab in its error: the JSON log must escape them."""
     raise ValueError('he said "hi"\tand left a \\ behind')
+
+
+# -- the bodies of tests/test_worker_guarantees.py (issue 10) -----------------------
+
+
+def wait_for_file(path: str, timeout: float = 60.0) -> None:
+    """Block until the test creates ``path`` (bounded, so a lost test never hangs a worker)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@task(takes_context=True)
+def long_effect(ctx, key, seconds):
+    """A slow external call made where it belongs: inside the side-effect block."""
+    _record_run()
+    with ctx.side_effect(key) as effect:
+        time.sleep(seconds)
+        if effect.created:
+            Sent.objects.create(job_id=ctx.job_id, key=effect.key, attempt=ctx.attempt)
+    return {"created": effect.created}
+
+
+@task(lease_seconds=2)
+def short_lease_sleeper(seconds):
+    """A task whose own 2 s lease is far below the worker's."""
+    _record_run()
+    time.sleep(seconds)
+    return seconds
+
+
+@task(max_attempts=2)
+def returns_nul():
+    _record_run()
+    return "before\u0000after"
+
+
+@task(max_attempts=2)
+def raises_nul():
+    _record_run()
+    raise ValueError("bad byte \x00 in the message")
+
+
+@task(takes_context=True)
+def effect_after_file(ctx, marker):
+    """Waits for ``marker``, then tries its side effect; a LeaseLost is noted, not raised.
+
+    The body returns normally either way, so the worker goes on to write a
+    finish: the test sees whether that finish, too, was fenced off.
+    """
+    _record_run()
+    wait_for_file(marker)
+    try:
+        with ctx.side_effect(f"holder:{ctx.job_id}") as effect:
+            if effect.created:
+                Sent.objects.create(job_id=ctx.job_id, key=effect.key, attempt=ctx.attempt)
+    except LeaseLost:
+        Sent.objects.create(job_id=ctx.job_id, key="lease-lost", attempt=ctx.attempt)
+    return "returned"
+
+
+@task(takes_context=True)
+def raises_after_file(ctx, marker):
+    _record_run()
+    wait_for_file(marker)
+    raise RuntimeError("gave up")
+
+
+@task(max_attempts=1)
+def quick(n):
+    _record_run()
+    return n
+
+
+@task(max_attempts=1)
+def raises_forged_line():
+    _record_run()
+    raise ValueError("first line\nFORGED done job=1 attempt=1 worker=forger")
+
+
+@task(max_attempts=1)
+def big_result(size):
+    _record_run()
+    return "x" * size
+
+
+@task(takes_context=True)
+def big_effect_data(ctx, size):
+    """Records a side effect with ``size`` bytes of data; returns the error it met, if any."""
+    _record_run()
+    try:
+        with ctx.side_effect(f"big:{ctx.job_id}", data="x" * size):
+            pass
+    except ValueError as exc:
+        return {"error": str(exc)}
+    return {"error": None}
+
+
+@task(max_attempts=1)
+def raises_big(size):
+    _record_run()
+    raise ValueError("x" * size)
+
+
+@task(takes_context=True, max_attempts=2)
+def fails_first_run(ctx):
+    """Fails the first time its body runs, whatever the attempt (claim) number, then succeeds."""
+    first = not BodyRun.objects.filter(job_id=ctx.job_id).exists()
+    _record_run()
+    if first:
+        raise ValueError("the first run fails")
+    return ctx.attempt
