@@ -160,7 +160,7 @@ class LeaseJobsBackend(BaseTaskBackend):
         no Django Task this project defines (a leasejobs task's job, say).
         """
         from leasejobs import django_tasks
-        from leasejobs.enqueue import DB_ALIAS
+        from leasejobs.conf import DB_ALIAS
         from leasejobs.models import Job
 
         try:

@@ -58,8 +58,8 @@ from django.db import transaction
 from psycopg.types.json import Jsonb
 
 from leasejobs import sql
+from leasejobs.conf import DB_ALIAS
 from leasejobs.connection import connection_params
-from leasejobs.enqueue import DB_ALIAS
 
 QUEUE = "leasejobs-bench"
 HISTORY_QUEUE = "leasejobs-bench-history"

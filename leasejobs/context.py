@@ -17,8 +17,9 @@ from typing import Any
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.enqueue import DB_ALIAS, KEY_MAX_LENGTH, encode_json
+from leasejobs.conf import DB_ALIAS
 from leasejobs.exceptions import LeaseLost
+from leasejobs.limits import KEY_MAX_LENGTH, encode_json
 
 logger = logging.getLogger("leasejobs.worker")
 

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from leasejobs import registry
+from leasejobs.conf import DB_ALIAS
 from leasejobs.context import JobContext
-from leasejobs.enqueue import DB_ALIAS
 from leasejobs.exceptions import LeaseLost
 from leasejobs.models import Job
 

@@ -8,7 +8,6 @@ checked here, where the caller can still see the error.
 """
 
 import datetime as dt
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,12 +15,9 @@ from typing import Any
 from django.db import connections
 
 from leasejobs import conf, sql
+from leasejobs.conf import DB_ALIAS
+from leasejobs.limits import KEY_MAX_LENGTH, PRIORITY_RANGE, QUEUE_MAX_LENGTH, encode_payload
 from leasejobs.models import Job
-
-DB_ALIAS = "default"
-QUEUE_MAX_LENGTH = 100
-KEY_MAX_LENGTH = 255
-PRIORITY_RANGE = (-100, 100)
 
 
 @dataclass(frozen=True)
@@ -41,29 +37,6 @@ class JobSpec:
     idempotency_key: str | None
 
 
-def encode_json(value: Any, what: str) -> str:
-    """JSON-encode ``value`` or raise a ``TypeError`` that names ``what``."""
-    try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON (lists, dicts, str, int, float, bool, None): {exc}") from exc
-
-
-def _payload(task_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
-    """The JSON of one job's arguments, refused if not JSON or too large."""
-    args_json = encode_json(list(args), f"the arguments of {task_name}")
-    kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
-    limit = conf.get("MAX_PAYLOAD_BYTES")
-    size = len(args_json) + len(kwargs_json)  # json.dumps escapes to ASCII: chars are bytes
-    if size > limit:
-        raise ValueError(
-            f"the arguments of {task_name} are {size} bytes of JSON, over the "
-            f"LEASEJOBS['MAX_PAYLOAD_BYTES'] limit of {limit}; store large data "
-            "elsewhere and pass its id."
-        )
-    return args_json, kwargs_json
-
-
 def build(
     task_name: str,
     args: Sequence[Any],
@@ -77,7 +50,7 @@ def build(
     idempotency_key: str | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
-    args_json, kwargs_json = _payload(task_name, args, kwargs)
+    args_json, kwargs_json = encode_payload(task_name, args, kwargs)
     if not isinstance(queue, str) or not queue or len(queue) > QUEUE_MAX_LENGTH:
         raise ValueError(f"queue must be a non-empty string of at most {QUEUE_MAX_LENGTH} characters.")
     low, high = PRIORITY_RANGE
@@ -126,7 +99,7 @@ def build_many(
     template = build(task_name, [], {}, **options)
     specs = []
     for args, kwargs in calls:
-        args_json, kwargs_json = _payload(task_name, args, kwargs)
+        args_json, kwargs_json = encode_payload(task_name, args, kwargs)
         specs.append(
             replace(
                 template, args=list(args), kwargs=dict(kwargs), args_json=args_json, kwargs_json=kwargs_json

@@ -45,8 +45,8 @@ from psycopg.types.json import Jsonb
 from leasejobs import conf, registry, sql
 from leasejobs.connection import CONNECTION_ERRORS, WorkerConnection
 from leasejobs.context import JobContext, activate, deactivate
-from leasejobs.enqueue import encode_json
 from leasejobs.exceptions import LeaseLost
+from leasejobs.limits import encode_json
 
 logger = logging.getLogger("leasejobs.worker")
 

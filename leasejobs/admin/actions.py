@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from leasejobs import conf, sql
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.conf import DB_ALIAS
 from leasejobs.models import Job
 
 logger = logging.getLogger("leasejobs.admin")

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.conf import DB_ALIAS
 from leasejobs.management.commands.runworker import _positive
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from leasejobs import registry
 from leasejobs.connection import connection_params
-from leasejobs.enqueue import QUEUE_MAX_LENGTH
+from leasejobs.limits import QUEUE_MAX_LENGTH
 from leasejobs.worker import Worker, WorkerOptions
 
 
