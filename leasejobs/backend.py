@@ -40,6 +40,9 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 
+from leasejobs.errors import class_path, read_entries
+from leasejobs.rules import TASK_OPTIONS, validate_task_options
+
 #: Job.status -> the TaskResultStatus Django shows. A job waiting for a retry
 #: is READY ("ready to be executed again", as Django's enum puts it).
 STATUS = {
@@ -103,9 +106,12 @@ class LeaseJobsBackend(BaseTaskBackend):
                 f"known: {list(OPTION_NAMES)}."
             )
         for name in OPTION_NAMES:
-            problem = _option_problem(name.lower(), self.options.get(name))
-            if problem:
-                raise ImproperlyConfigured(f"OPTIONS[{name!r}] of task backend {alias!r} {problem}")
+            value = self.options.get(name)
+            if value is not None:
+                try:
+                    TASK_OPTIONS[name.lower()](value, f"OPTIONS[{name!r}] of task backend {alias!r}")
+                except ValueError as exc:
+                    raise ImproperlyConfigured(str(exc)) from None
 
     def validate_task(self, task: Task) -> None:
         """Django's rules, then leasejobs' per-task options.
@@ -113,10 +119,12 @@ class LeaseJobsBackend(BaseTaskBackend):
         Runs when a task is decorated, maybe before apps are ready: no models.
         """
         super().validate_task(task)
-        for name in ("max_attempts", "lease_seconds", "timeout_seconds"):
-            problem = _option_problem(name, getattr(task, name, None))
-            if problem:
-                raise InvalidTask(f"{name} of task {task.module_path} {problem}")
+        try:
+            validate_task_options(
+                {name: getattr(task, name, None) for name in TASK_OPTIONS}, f"of task {task.module_path}"
+            )
+        except ValueError as exc:
+            raise InvalidTask(str(exc)) from None
 
     def task_option(self, task: Task, name: str) -> Any:
         """The task's own ``name`` field, else this backend's OPTIONS, else None."""
@@ -190,18 +198,6 @@ class LeaseJobsBackend(BaseTaskBackend):
         ]
 
 
-def _option_problem(name: str, value: Any) -> str | None:
-    """Why ``value`` is no valid ``name`` (max_attempts, lease_seconds...), or None."""
-    if value is None:
-        return None
-    if name == "max_attempts":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            return "must be a whole number of at least 1."
-    elif isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        return "must be a positive number of seconds."
-    return None
-
-
 def task_result(task: Task, job: Any, alias: str) -> TaskResult:
     """A Job seen as Django's TaskResult.
 
@@ -212,14 +208,13 @@ def task_result(task: Task, job: Any, alias: str) -> TaskResult:
     """
     if (task.priority, task.queue_name) != (job.priority, job.queue):
         task = task.using(priority=job.priority, queue_name=job.queue)
-    errors = [
-        TaskError(exception_class_path=e["exception_class"], traceback=e["traceback"]) for e in job.errors
-    ]
+    entries = read_entries(job.errors)
+    errors = [TaskError(exception_class_path=e["exception_class"], traceback=e["traceback"]) for e in entries]
     status = STATUS[job.status]
-    if status == TaskResultStatus.FAILED and not any(e.get("attempt") == job.attempt for e in job.errors):
+    if status == TaskResultStatus.FAILED and not any(e["attempt"] == job.attempt for e in entries):
         errors.append(
             TaskError(
-                exception_class_path=f"{JobFailed.__module__}.{JobFailed.__qualname__}",
+                exception_class_path=class_path(JobFailed),
                 traceback=job.last_error or f"the job was {job.status}",
             )
         )

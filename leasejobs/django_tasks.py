@@ -29,6 +29,7 @@ from django.utils import timezone
 from leasejobs import registry
 from leasejobs.conf import DB_ALIAS
 from leasejobs.context import JobContext
+from leasejobs.errors import class_path
 from leasejobs.exceptions import LeaseLost
 from leasejobs.models import Job
 
@@ -155,7 +156,7 @@ def _run(task: "Task", ctx: JobContext, args: Sequence[Any], kwargs: dict[str, A
         final = ctx.cancel_requested or ctx.attempt >= job.max_attempts
         result.errors.append(
             TaskError(
-                exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                exception_class_path=class_path(type(exc)),
                 traceback="".join(traceback.format_exception(exc)),
             )
         )

@@ -16,8 +16,9 @@ from django.db import connections
 
 from leasejobs import conf, sql
 from leasejobs.conf import DB_ALIAS
-from leasejobs.limits import KEY_MAX_LENGTH, PRIORITY_RANGE, QUEUE_MAX_LENGTH, encode_payload
+from leasejobs.limits import encode_payload
 from leasejobs.models import Job
+from leasejobs.rules import validate_key, validate_max_attempts, validate_priority, validate_queue
 
 
 @dataclass(frozen=True)
@@ -51,15 +52,9 @@ def build(
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
     args_json, kwargs_json = encode_payload(task_name, args, kwargs)
-    if not isinstance(queue, str) or not queue or len(queue) > QUEUE_MAX_LENGTH:
-        raise ValueError(f"queue must be a non-empty string of at most {QUEUE_MAX_LENGTH} characters.")
-    low, high = PRIORITY_RANGE
-    if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
-        raise ValueError(f"priority must be a whole number between {low} and {high}.")
-    if max_attempts is None:
-        max_attempts = conf.get("MAX_ATTEMPTS")
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ValueError("max_attempts must be a whole number of at least 1.")
+    validate_queue(queue)
+    validate_priority(priority)
+    max_attempts = validate_max_attempts(conf.get("MAX_ATTEMPTS") if max_attempts is None else max_attempts)
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
     if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.utcoffset() is None):
@@ -67,12 +62,8 @@ def build(
     seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else (delay or 0)
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise ValueError("delay must be a number of seconds or a timedelta, not negative.")
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > KEY_MAX_LENGTH
-    ):
-        raise ValueError(
-            f"idempotency_key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
-        )
+    if idempotency_key is not None:
+        validate_key(idempotency_key)
     return JobSpec(
         task_name=task_name,
         args=list(args),

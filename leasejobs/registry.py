@@ -20,6 +20,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from leasejobs import conf, enqueue
 from leasejobs.models import Job
+from leasejobs.rules import validate_priority, validate_queue, validate_task_options
 
 _registry: dict[str, "Task"] = {}
 _lock = threading.Lock()
@@ -128,22 +129,30 @@ def task(
     """
 
     def decorate(f: Callable[..., Any]) -> Task:
-        for option, value in (("lease_seconds", lease_seconds), ("timeout_seconds", timeout_seconds)):
-            if value is not None and (isinstance(value, bool) or not value > 0):
-                raise ValueError(f"{option} of task {_qualified(f)} must be a positive number.")
-        new = Task(
-            func=f,
-            name=name or _qualified(f),
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            lease_seconds=lease_seconds,
-            timeout_seconds=timeout_seconds,
-            takes_context=takes_context,
+        # Fail at import, not at enqueue or in the worker, on an option that is no good.
+        where = f"of task {_qualified(f)}"
+        validate_queue(queue, f"queue {where}")
+        validate_priority(priority, f"priority {where}")
+        validate_task_options(
+            {
+                "max_attempts": max_attempts,
+                "lease_seconds": lease_seconds,
+                "timeout_seconds": timeout_seconds,
+            },
+            where,
         )
-        # Fail at import, not at enqueue, on an option enqueue would refuse.
-        enqueue.build(new.name, [], {}, queue=queue, priority=priority, max_attempts=max_attempts)
-        return register(new)
+        return register(
+            Task(
+                func=f,
+                name=name or _qualified(f),
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                lease_seconds=lease_seconds,
+                timeout_seconds=timeout_seconds,
+                takes_context=takes_context,
+            )
+        )
 
     return decorate(func) if func is not None else decorate
 

@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 from leasejobs.admin import actions, lease
 from leasejobs.admin.filters import LeaseStateFilter, QueueFilter
 from leasejobs.admin.paginator import EstimatedCountPaginator
+from leasejobs.errors import read_entries
 from leasejobs.models import Job, SideEffect
 
 #: Columns the changelist never shows; left unread so a page of 100 jobs
@@ -275,8 +276,8 @@ class JobAdmin(BigTableAdmin):
                     e.get("exception_class", ""),
                     e.get("traceback", ""),
                 )
-                for e in (obj.errors or [])
-                if isinstance(e, dict)
+                for e in read_entries(obj.errors)
+                if isinstance(e, dict)  # the column is JSON: anyone with SQL may have put anything there
             ),
         )
 

@@ -9,9 +9,9 @@ from typing import Any
 import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leasejobs import registry
+from leasejobs import conf, registry
 from leasejobs.connection import connection_params
-from leasejobs.limits import QUEUE_MAX_LENGTH
+from leasejobs.rules import validate_queue, validate_worker_id
 from leasejobs.worker import Worker, WorkerOptions
 
 
@@ -127,16 +127,16 @@ class Command(BaseCommand):
 
     def _worker_options(self, options: dict[str, Any]) -> WorkerOptions:
         queues = options["queues"]
-        for q in queues or []:
-            if not q or len(q) > QUEUE_MAX_LENGTH:
-                raise CommandError(
-                    f"--queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {q!r}."
-                )
+        worker_id = options["worker_id"]
+        try:
+            for q in queues or []:
+                validate_queue(q, "--queue")
+            if worker_id is not None:
+                validate_worker_id(worker_id, "--worker-id")
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         if options["heartbeat"] and options["no_heartbeat"]:
             raise CommandError("--heartbeat and --no-heartbeat contradict each other; give one.")
-        worker_id = options["worker_id"]
-        if worker_id is not None and (not worker_id.strip() or len(worker_id) > 200):
-            raise CommandError("--worker-id must be 1 to 200 characters, not blank.")
         result = WorkerOptions(
             queues=queues,
             concurrency=options["concurrency"],
@@ -152,8 +152,6 @@ class Command(BaseCommand):
             result.worker_id = worker_id
         lease = result.lease_seconds
         if lease is None:
-            from leasejobs import conf
-
             lease = float(conf.get("LEASE_SECONDS"))
         if result.heartbeat_seconds is not None and result.heartbeat_seconds >= lease:
             raise CommandError(
