@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 from django.apps import apps
@@ -166,16 +167,15 @@ def all_tasks() -> dict[str, Task]:
     return dict(_registry)
 
 
-def autodiscover() -> None:
-    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"].
+def autodiscover() -> list[ModuleType]:
+    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"]; return them.
 
-    Then the Django Tasks (Django 6+) found in exactly those modules are
-    registered too, by module path (see ``leasejobs.django_tasks``).
+    Importing them runs their ``@task`` decorators, which register the
+    tasks. The modules are returned so that other kinds of task found in them
+    can be registered too: a worker hands them to
+    ``leasejobs.tasks_backend.register_from`` for Django Tasks.
     """
-    from leasejobs import django_tasks  # imports this module
-
     autodiscover_modules("tasks")
     names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
     modules = [sys.modules[name] for name in names if name in sys.modules]
-    modules += [import_module(module) for module in conf.get("TASK_MODULES")]
-    django_tasks.register_from(modules)
+    return modules + [import_module(module) for module in conf.get("TASK_MODULES")]

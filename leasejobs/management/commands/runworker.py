@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leasejobs import conf, registry
+from leasejobs import conf, registry, tasks_backend
 from leasejobs.connection import connection_params
 from leasejobs.rules import validate_queue, validate_worker_id
 from leasejobs.worker import Worker, WorkerOptions
@@ -119,7 +119,7 @@ class Command(BaseCommand):
         worker_options = self._worker_options(options)
         _configure_logging(options["verbosity"])
         self._check_database()
-        registry.autodiscover()
+        tasks_backend.register_from(registry.autodiscover())
         worker = Worker(worker_options)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: worker.request_stop())
