@@ -10,22 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from leasejobs import bench
-from leasejobs.management.commands.runworker import _not_negative_int, _positive
-
-
-def _counts(text: str) -> list[int]:
-    """An argparse type: a comma-separated list of positive whole numbers."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(text) from None
-    if not values or any(v <= 0 for v in values):
-        raise ValueError(text)
-    return values
-
-
-_counts.__name__ = "comma-separated list of positive int"
-
+from leasejobs.management.arguments import non_negative_int, positive_float, positive_int, positive_ints
 
 #: runworker's verbosity for each log level.
 VERBOSITY = {"warning": 0, "info": 1}
@@ -52,48 +37,48 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--jobs",
-            type=_not_negative_int,
+            type=non_negative_int,
             default=10_000,
             help="Jobs per processing run (10,000; 0 skips).",
         )
         parser.add_argument(
             "--workers",
-            type=_counts,
+            type=positive_ints,
             default=[1, 2],
             metavar="N[,N...]",
             help="Worker processes; a list measures each (default 1,2).",
         )
         parser.add_argument(
             "--concurrency",
-            type=_counts,
+            type=positive_ints,
             default=[4],
             metavar="N[,N...]",
             help="Runner threads per worker; a list measures each (default 4, runworker's default).",
         )
         parser.add_argument(
-            "--prefetch", type=_not_negative_int, metavar="N", help="Passed to runworker (default: its own)."
+            "--prefetch", type=non_negative_int, metavar="N", help="Passed to runworker (default: its own)."
         )
         parser.add_argument(
             "--repeat",
-            type=_positive(int),
+            type=positive_int,
             default=3,
             metavar="N",
             help="Runs per figure; the median is shown (3).",
         )
         parser.add_argument(
             "--enqueue-jobs",
-            type=_not_negative_int,
+            type=non_negative_int,
             default=10_000,
             help="Jobs per enqueue figure (10,000; 0 skips).",
         )
         parser.add_argument(
             "--latency-jobs",
-            type=_not_negative_int,
+            type=non_negative_int,
             default=200,
             help="Jobs for the latency figure (200; 0 skips).",
         )
         parser.add_argument(
-            "--latency-rate", type=float, default=20.0, help="Latency jobs enqueued per second (20)."
+            "--latency-rate", type=positive_float, default=20.0, help="Latency jobs enqueued per second (20)."
         )
         parser.add_argument(
             "--raw-sql",
@@ -101,18 +86,20 @@ class Command(BaseCommand):
             help="Also measure bare claim + finish statements through psycopg: the limit in this run.",
         )
         parser.add_argument(
-            "--raw-batches", type=_counts, default=[1, 10, 50], metavar="N[,N...]", help="(1,10,50)"
+            "--raw-batches", type=positive_ints, default=[1, 10, 50], metavar="N[,N...]", help="(1,10,50)"
         )
-        parser.add_argument("--raw-clients", type=_counts, default=[1, 2], metavar="N[,N...]", help="(1,2)")
+        parser.add_argument(
+            "--raw-clients", type=positive_ints, default=[1, 2], metavar="N[,N...]", help="(1,2)"
+        )
         parser.add_argument(
             "--raw-jobs",
-            type=_not_negative_int,
+            type=non_negative_int,
             default=0,
             help="Jobs per raw run (default: 10,000 x batch, <= 100,000).",
         )
         parser.add_argument(
             "--table-rows",
-            type=_not_negative_int,
+            type=non_negative_int,
             default=0,
             metavar="N",
             help="Then insert N finished jobs and measure processing again (and show the claim plan).",
@@ -143,8 +130,6 @@ class Command(BaseCommand):
                 import matplotlib  # noqa: F401
             except ImportError:
                 raise CommandError("--plot needs matplotlib: pip install matplotlib") from None
-        if options["latency_rate"] <= 0:
-            raise CommandError("--latency-rate must be positive.")
         b = bench.Bench(verbosity=VERBOSITY[options["worker_log_level"][0]], progress=not options["json"])
         try:
             results = self._run(b, options)

@@ -1,7 +1,6 @@
 """``manage.py runworker``: run a leasejobs worker until stopped."""
 
 import logging
-import math
 import signal
 import sys
 from typing import Any
@@ -11,44 +10,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from leasejobs import conf, registry, tasks_backend
 from leasejobs.connection import connection_params
+from leasejobs.management.arguments import non_negative_float, non_negative_int, positive_float, positive_int
 from leasejobs.rules import validate_queue, validate_worker_id
 from leasejobs.worker import Worker, WorkerOptions
-
-
-def _positive(kind: type) -> Any:
-    """An argparse type: a finite number of ``kind`` greater than zero (not nan, not inf)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise ValueError(text) from None
-        if not 0 < value < math.inf:
-            raise ValueError(text)
-        return value
-
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
-
-
-def _not_negative(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < math.inf:
-        raise ValueError(text)
-    return value
-
-
-_not_negative.__name__ = "non-negative number"
-
-
-def _not_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-_not_negative_int.__name__ = "non-negative int"
 
 
 class Command(BaseCommand):
@@ -67,27 +31,27 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=_positive(int),
+            type=positive_int,
             default=4,
             metavar="N",
             help="Jobs run at once, one thread each (default 4).",
         )
         parser.add_argument(
             "--prefetch",
-            type=_not_negative_int,
+            type=non_negative_int,
             metavar="N",
             help="Claim up to N jobs ahead of free slots, fewer as jobs get slower "
             "(default LEASEJOBS['PREFETCH']; 0: free slots only).",
         )
         parser.add_argument(
             "--lease",
-            type=_positive(float),
+            type=positive_float,
             metavar="SECONDS",
             help="Lease of a claim, unless the task sets lease_seconds (default LEASEJOBS['LEASE_SECONDS']).",
         )
         parser.add_argument(
             "--heartbeat",
-            type=_positive(float),
+            type=positive_float,
             metavar="SECONDS",
             help="Extend held leases this often (default: a third of each job's lease).",
         )
@@ -99,7 +63,7 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no job is ready to claim.")
         parser.add_argument(
             "--max-jobs",
-            type=_positive(int),
+            type=positive_int,
             metavar="N",
             help="Exit after claiming N jobs and finishing them.",
         )
@@ -108,7 +72,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--grace",
-            type=_not_negative,
+            type=non_negative_float,
             default=10.0,
             metavar="SECONDS",
             help="On SIGTERM/SIGINT, let running jobs finish this long before "
