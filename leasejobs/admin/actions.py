@@ -11,7 +11,9 @@ shown, so there is no state to fence on.
 """
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -107,11 +109,12 @@ def select(
     return Selection(targets, len(selected), len(seen) - len(targets), eligible_as)
 
 
-def _execute(statement: str, params: dict[str, object]) -> list[tuple]:
+def _execute(statement: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run one fenced statement; its rows are (id, attempt, worker, ...) per changed job."""
     with connections[DB_ALIAS].cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
 
 
 def _log(event: str, request: HttpRequest, rows: list[tuple]) -> None:

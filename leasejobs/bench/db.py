@@ -19,11 +19,11 @@ def connect(session: str = "") -> psycopg.Connection[Any]:
 
     ``session``: extra server settings, as ``-c name=value`` options.
     """
-    params = connection_params()
+    params: dict[str, Any] = connection_params()
     options = " ".join(filter(None, [params.pop("options", ""), session]))
-    return psycopg.connect(
-        **params, autocommit=True, prepare_threshold=0, **({"options": options} if options else {})
-    )
+    if options:
+        params["options"] = options
+    return psycopg.connect(**params, autocommit=True, prepare_threshold=0)
 
 
 def machine() -> dict[str, Any]:

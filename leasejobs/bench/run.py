@@ -162,7 +162,7 @@ class Bench:
     def enqueue_bulk(self, jobs: int, chunk: int = 1000) -> float:
         """Jobs/s of ``task.bulk_enqueue()`` with ``chunk`` jobs per call."""
         noop = self.tasks["noop"]
-        calls = [((), {})] * chunk
+        calls: list[tuple[tuple[()], dict[str, Any]]] = [((), {})] * chunk
         started = time.perf_counter()
         for _ in range(max(1, jobs // chunk)):
             noop.bulk_enqueue(calls)
@@ -330,7 +330,7 @@ class Bench:
 
 
 def median_of(runs: list[dict[str, Any]], key: str = "jobs_per_s") -> float:
-    return statistics.median(r[key] for r in runs)
+    return float(statistics.median(r[key] for r in runs))
 
 
 def to_json(results: dict[str, Any]) -> str:

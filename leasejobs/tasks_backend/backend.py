@@ -29,7 +29,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import django
 from django.core.exceptions import ImproperlyConfigured
@@ -144,8 +144,9 @@ class LeaseJobsBackend(BaseTaskBackend):
             )
         spec = jobs.build(
             task.module_path,
-            normalize_json(list(args)),  # Django's rules: tuples become lists, bytes text
-            normalize_json(dict(kwargs)),
+            # Django's rules: tuples become lists, bytes text.
+            cast(list[Any], normalize_json(list(args))),
+            cast(dict[str, Any], normalize_json(dict(kwargs))),
             queue=task.queue_name,
             priority=task.priority,
             max_attempts=self.task_option(task, "max_attempts"),

@@ -48,7 +48,7 @@ def task_result(task: Task, job: Any, alias: str) -> TaskResult:
                 traceback=job.last_error or f"the job was {job.status}",
             )
         )
-    result = TaskResult(
+    result: TaskResult = TaskResult(
         task=task,
         id=str(job.id),
         status=status,
