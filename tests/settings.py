@@ -7,72 +7,17 @@ imports the demo's settings.
 """
 
 from importlib.util import find_spec
-from pathlib import Path
 
 import environ
 
 import localdb
+from tests.base_settings import *  # noqa: F403
 
 env = environ.Env()
-
-#: The repository: manage.py is here (the demo's story starts workers with it).
-BASE_DIR = Path(__file__).resolve().parent.parent
-
-SECRET_KEY = "leasejobs-tests-only"
-DEBUG = False
-ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]", "testserver"]
-
-INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "django.contrib.staticfiles",
-    "leasejobs",
-    "demo_site.receipts",
-    "tests.testapp",
-]
-
-MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-]
-
-ROOT_URLCONF = "tests.urls"
-
-TEMPLATES = [
-    {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
-        "APP_DIRS": True,
-        "OPTIONS": {
-            "context_processors": [
-                "django.template.context_processors.request",
-                "django.contrib.auth.context_processors.auth",
-                "django.contrib.messages.context_processors.messages",
-            ],
-        },
-    },
-]
 
 DATABASES = {"default": env.db_url_config(localdb.database_url())}
 # Worker processes keep their connections, as in production.
 DATABASES["default"]["CONN_MAX_AGE"] = 600
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-
-# Tests log in an admin user over and over: a fast hasher (never in production).
-PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-USE_TZ = True
-TIME_ZONE = "UTC"
-LANGUAGE_CODE = "en-us"
-STATIC_URL = "static/"
 
 # Retries come quickly so that tests of retries do not wait.
 LEASEJOBS = {
