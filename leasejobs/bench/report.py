@@ -7,10 +7,8 @@ def _n(value: float) -> str:
     return f"{value:,.0f}"
 
 
-def render(results: dict[str, Any]) -> str:
-    """The results as a plain-text table."""
-    m = results["machine"]
-    s = results["settings"]
+def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """Jobs/s of enqueue, processing and the raw-SQL limit, and the latency."""
     rows: list[tuple[str, str]] = []
     if "enqueue" in results:
         rows.append(
@@ -45,6 +43,12 @@ def render(results: dict[str, Any]) -> str:
                 f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} ms",
             )
         )
+    return rows
+
+
+def _cost_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the figures cost: HOT updates of the jobs table, the workers' memory."""
+    rows: list[tuple[str, str]] = []
     for f in results["processing"]:
         if f["updates"]:
             rows.append(
@@ -73,6 +77,14 @@ def render(results: dict[str, Any]) -> str:
                 f"{r['idle']} / {r['at_25pct'] or '-'} / {r['end']} MB",
             )
         )
+    return rows
+
+
+def render(results: dict[str, Any]) -> str:
+    """The results as a plain-text table."""
+    m = results["machine"]
+    s = results["settings"]
+    rows = _throughput_rows(results) + _cost_rows(results)
     width = max(len(label) for label, _ in rows) if rows else 0
     lines = [
         f"leasejobs_bench  {m['time']}  PostgreSQL {m['postgresql']}  {m['cpus']} CPUs  "
