@@ -2,7 +2,7 @@
 
 Everything that differs between machines comes from the environment through
 django-environ; the database falls back to the local server or an embedded
-PostgreSQL (see ``demo_site.localdb``) so that a machine with nothing but
+PostgreSQL (see ``localdb`` at the top of the repository) so that a machine with nothing but
 Python can run the demo.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import environ
 
-from demo_site import localdb
+import localdb
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()

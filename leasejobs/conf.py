@@ -9,6 +9,10 @@ from typing import Any
 
 from django.conf import settings
 
+#: The database alias whose connection enqueues, runs side effects and prunes;
+#: the worker's own connections copy its settings.
+DB_ALIAS = "default"
+
 DEFAULTS: dict[str, Any] = {
     # How long a claim holds a job before another worker may take it over.
     "LEASE_SECONDS": 30,

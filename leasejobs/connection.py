@@ -16,7 +16,7 @@ from urllib.parse import quote
 import psycopg
 from django.db import connections
 
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.conf import DB_ALIAS
 
 logger = logging.getLogger("leasejobs.worker")
 

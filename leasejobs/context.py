@@ -17,8 +17,9 @@ from typing import Any
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.enqueue import DB_ALIAS, KEY_MAX_LENGTH
+from leasejobs.conf import DB_ALIAS
 from leasejobs.exceptions import LeaseLost
+from leasejobs.rules import validate_key
 from leasejobs.values import one_line, stored_json
 
 logger = logging.getLogger("leasejobs.worker")
@@ -90,14 +91,11 @@ class JobContext:
         so a block longer than the lease still commits holding a live lease.
         The commit is synchronous whatever ``synchronous_commit`` says.
         """
-        if not isinstance(key, str) or not key or len(key) > KEY_MAX_LENGTH:
-            raise ValueError(
-                f"a side-effect key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
-            )
+        validate_key(key, "a side-effect key")
         data_json = None if data is None else stored_json(data, f"the data of side effect {key!r}")
         if self.lease_lost:  # timed out, given back or taken over: known without asking
             raise self._stale(key, None)
-        fence = {"job_id": self.job_id, "attempt": self.attempt, "worker_id": self.worker_id}
+        fence: dict[str, Any] = {"job_id": self.job_id, "attempt": self.attempt, "worker_id": self.worker_id}
         try:
             with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
                 cursor.execute(sql.FENCE_CHECK, {"job_id": self.job_id})

@@ -8,7 +8,6 @@ checked here, where the caller can still see the error.
 """
 
 import datetime as dt
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,12 +15,10 @@ from typing import Any
 from django.db import connections
 
 from leasejobs import conf, sql, tracing
+from leasejobs.conf import DB_ALIAS
+from leasejobs.limits import encode_json, encode_payload
 from leasejobs.models import Job
-
-DB_ALIAS = "default"
-QUEUE_MAX_LENGTH = 100
-KEY_MAX_LENGTH = 255
-PRIORITY_RANGE = (-100, 100)
+from leasejobs.rules import validate_key, validate_max_attempts, validate_priority, validate_queue
 
 
 @dataclass(frozen=True)
@@ -41,29 +38,6 @@ class JobSpec:
     idempotency_key: str | None
 
 
-def encode_json(value: Any, what: str) -> str:
-    """JSON-encode ``value`` or raise a ``TypeError`` that names ``what``."""
-    try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON (lists, dicts, str, int, float, bool, None): {exc}") from exc
-
-
-def _payload(task_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
-    """The JSON of one job's arguments, refused if not JSON or too large."""
-    args_json = encode_json(list(args), f"the arguments of {task_name}")
-    kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
-    limit = conf.get("MAX_PAYLOAD_BYTES")
-    size = len(args_json) + len(kwargs_json)  # json.dumps escapes to ASCII: chars are bytes
-    if size > limit:
-        raise ValueError(
-            f"the arguments of {task_name} are {size} bytes of JSON, over the "
-            f"LEASEJOBS['MAX_PAYLOAD_BYTES'] limit of {limit}; store large data "
-            "elsewhere and pass its id."
-        )
-    return args_json, kwargs_json
-
-
 def build(
     task_name: str,
     args: Sequence[Any],
@@ -77,16 +51,10 @@ def build(
     idempotency_key: str | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
-    args_json, kwargs_json = _payload(task_name, args, kwargs)
-    if not isinstance(queue, str) or not queue or len(queue) > QUEUE_MAX_LENGTH:
-        raise ValueError(f"queue must be a non-empty string of at most {QUEUE_MAX_LENGTH} characters.")
-    low, high = PRIORITY_RANGE
-    if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
-        raise ValueError(f"priority must be a whole number between {low} and {high}.")
-    if max_attempts is None:
-        max_attempts = conf.get("MAX_ATTEMPTS")
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ValueError("max_attempts must be a whole number of at least 1.")
+    args_json, kwargs_json = encode_payload(task_name, args, kwargs)
+    validate_queue(queue)
+    validate_priority(priority)
+    max_attempts = validate_max_attempts(conf.get("MAX_ATTEMPTS") if max_attempts is None else max_attempts)
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
     if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.utcoffset() is None):
@@ -94,12 +62,8 @@ def build(
     seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else (delay or 0)
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise ValueError("delay must be a number of seconds or a timedelta, not negative.")
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > KEY_MAX_LENGTH
-    ):
-        raise ValueError(
-            f"idempotency_key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
-        )
+    if idempotency_key is not None:
+        validate_key(idempotency_key)
     return JobSpec(
         task_name=task_name,
         args=list(args),
@@ -126,7 +90,7 @@ def build_many(
     template = build(task_name, [], {}, **options)
     specs = []
     for args, kwargs in calls:
-        args_json, kwargs_json = _payload(task_name, args, kwargs)
+        args_json, kwargs_json = encode_payload(task_name, args, kwargs)
         specs.append(
             replace(
                 template, args=list(args), kwargs=dict(kwargs), args_json=args_json, kwargs_json=kwargs_json

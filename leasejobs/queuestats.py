@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from django.db import connections
 
 from leasejobs import liveness
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.conf import DB_ALIAS
 
 #: One row per (queue, status) of active jobs, plus the live-worker count on
 #: every row; a queue-less row when no job is active.

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 from django.apps import apps
@@ -20,6 +21,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from leasejobs import conf, enqueue
 from leasejobs.models import Job
+from leasejobs.rules import validate_priority, validate_queue, validate_task_options
 
 _registry: dict[str, "Task"] = {}
 _lock = threading.Lock()
@@ -128,22 +130,30 @@ def task(
     """
 
     def decorate(f: Callable[..., Any]) -> Task:
-        for option, value in (("lease_seconds", lease_seconds), ("timeout_seconds", timeout_seconds)):
-            if value is not None and (isinstance(value, bool) or not value > 0):
-                raise ValueError(f"{option} of task {_qualified(f)} must be a positive number.")
-        new = Task(
-            func=f,
-            name=name or _qualified(f),
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            lease_seconds=lease_seconds,
-            timeout_seconds=timeout_seconds,
-            takes_context=takes_context,
+        # Fail at import, not at enqueue or in the worker, on an option that is no good.
+        where = f"of task {_qualified(f)}"
+        validate_queue(queue, f"queue {where}")
+        validate_priority(priority, f"priority {where}")
+        validate_task_options(
+            {
+                "max_attempts": max_attempts,
+                "lease_seconds": lease_seconds,
+                "timeout_seconds": timeout_seconds,
+            },
+            where,
         )
-        # Fail at import, not at enqueue, on an option enqueue would refuse.
-        enqueue.build(new.name, [], {}, queue=queue, priority=priority, max_attempts=max_attempts)
-        return register(new)
+        return register(
+            Task(
+                func=f,
+                name=name or _qualified(f),
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                lease_seconds=lease_seconds,
+                timeout_seconds=timeout_seconds,
+                takes_context=takes_context,
+            )
+        )
 
     return decorate(func) if func is not None else decorate
 
@@ -157,16 +167,15 @@ def all_tasks() -> dict[str, Task]:
     return dict(_registry)
 
 
-def autodiscover() -> None:
-    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"].
+def autodiscover() -> list[ModuleType]:
+    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"]; return them.
 
-    Then the Django Tasks (Django 6+) found in exactly those modules are
-    registered too, by module path (see ``leasejobs.django_tasks``).
+    Importing them runs their ``@task`` decorators, which register the
+    tasks. The modules are returned so that other kinds of task found in them
+    can be registered too: a worker hands them to
+    ``leasejobs.tasks_backend.register_from`` for Django Tasks.
     """
-    from leasejobs import django_tasks  # imports this module
-
     autodiscover_modules("tasks")
     names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
     modules = [sys.modules[name] for name in names if name in sys.modules]
-    modules += [import_module(module) for module in conf.get("TASK_MODULES")]
-    django_tasks.register_from(modules)
+    return modules + [import_module(module) for module in conf.get("TASK_MODULES")]

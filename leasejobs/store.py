@@ -101,6 +101,26 @@ class Attempt:
     attempt: int
 
 
+def claim_params(
+    *,
+    limit: int,
+    counted: int,
+    queues: list[str] | None,
+    lease_seconds: float,
+    task_leases: dict[str, float],
+    worker_id: str,
+) -> dict[str, Any]:
+    """The parameters of ``sql.CLAIM`` (the worker's claim, and the bench's EXPLAIN of it)."""
+    return {
+        "queues": queues,
+        "limit": limit,
+        "counted": counted,
+        "lease_seconds": lease_seconds,
+        "task_leases": Jsonb(task_leases),
+        "worker_id": worker_id,
+    }
+
+
 class WorkerStore:
     """The worker's statements on its own connections (claim, heartbeat, finish).
 
@@ -126,18 +146,15 @@ class WorkerStore:
         task_leases: dict[str, float],
     ) -> list[ClaimedRow]:
         """Claim up to ``limit`` jobs; the first ``counted`` count their run now."""
-        rows = self._claim.execute(
-            sql.CLAIM,
-            {
-                "queues": queues,
-                "limit": limit,
-                "counted": counted,
-                "lease_seconds": lease_seconds,
-                "task_leases": Jsonb(task_leases),
-                "worker_id": self.worker_id,
-            },
+        params = claim_params(
+            limit=limit,
+            counted=counted,
+            queues=queues,
+            lease_seconds=lease_seconds,
+            task_leases=task_leases,
+            worker_id=self.worker_id,
         )
-        return [ClaimedRow._make(row) for row in rows]
+        return [ClaimedRow._make(row) for row in self._claim.execute(sql.CLAIM, params)]
 
     def mark_started(self, job: Attempt) -> bool:
         """Count the run of a buffered job before its body starts; False if no longer held."""

@@ -28,7 +28,7 @@ try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
 except ImportError:  # the extra is not installed
-    trace = None
+    trace = None  # type: ignore[assignment]
 
 SYSTEM = "leasejobs"
 
@@ -48,7 +48,7 @@ def _tracer() -> Any:
 @contextmanager
 def enqueue_span(queue: str, count: int) -> Iterator[tuple[Any, dict[str, str]]]:
     """A ``send <queue>`` span around an insert; yields it and the carrier to store."""
-    attributes = {
+    attributes: dict[str, str | int] = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "send",
         "messaging.operation.name": "send",

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from leasejobs import conf
-from leasejobs.enqueue import encode_json
+from leasejobs.limits import encode_json
 
 #: How an error text over the size limit ends.
 TRUNCATED = "\n[... truncated to LEASEJOBS['MAX_PAYLOAD_BYTES']]"

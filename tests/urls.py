@@ -1,8 +1,14 @@
-"""The demo site's URLs plus a view the tracing test calls."""
+"""URLs of the test project: the admin, where leasejobs shows its jobs; its
+Prometheus gauges; and a view that enqueues (the tracing test calls it)."""
 
+from django.contrib import admin
 from django.urls import path
 
-from demo_site.urls import urlpatterns as demo_urlpatterns
+import leasejobs.views
 from tests.testapp.views import enqueue
 
-urlpatterns = [*demo_urlpatterns, path("test/enqueue", enqueue)]
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("metrics/leasejobs", leasejobs.views.metrics),
+    path("test/enqueue", enqueue),
+]

@@ -18,7 +18,9 @@ shown, so the operator never saw what they would change.
 """
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import admin, messages
 from django.db import connections
@@ -26,7 +28,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from leasejobs import conf, sql
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.conf import DB_ALIAS
 from leasejobs.models import Job
 
 logger = logging.getLogger("leasejobs.admin")
@@ -127,11 +129,12 @@ def select(
     return Selection(targets, len(rows), len(rows) - len(targets), eligible_as, since)
 
 
-def _execute(statement: str, params: dict[str, object]) -> list[tuple]:
+def _execute(statement: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run one fenced statement; its rows are (id, attempt, worker, ...) per changed job."""
     with connections[DB_ALIAS].cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
 
 
 def _log(event: str, request: HttpRequest, rows: list[tuple]) -> None:

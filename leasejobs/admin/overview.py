@@ -148,7 +148,7 @@ def snapshot() -> dict[str, Any]:
             "expiring": sum(q.expiring for q in queues),
             "expired": sum(q.expired for q in queues),
         },
-        "oldest_due": max(oldest, key=lambda q: q.oldest_due_age) if oldest else None,
+        "oldest_due": max(oldest, key=lambda q: q.oldest_due_age or dt.timedelta(0)) if oldest else None,
         "throughput": [(m, throughput[f"m{m}"], throughput[f"m{m}"] / m) for m in WINDOWS],
         "failed_recently": throughput["failed"],
         "workers": [{**w, "beat_age": lease.human(w["beat_age"])} for w in workers],

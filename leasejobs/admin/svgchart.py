@@ -26,7 +26,7 @@ def nice_ceiling(value: float) -> float:
     """The smallest of 1, 2, 2.5, 5 times a power of ten that is >= ``value`` (1 for nothing)."""
     if value <= 0 or math.isnan(value):
         return 1.0
-    power = 10 ** math.floor(math.log10(value))
+    power = float(10 ** math.floor(math.log10(value)))
     for step in (1, 2, 2.5, 5, 10):
         if step * power >= value:
             return step * power
@@ -197,7 +197,7 @@ def _table(chart: Chart) -> SafeString:
     rows = []
     for i, t in enumerate(chart.times):
         cells = "".join(
-            "<td>{}</td>".format("" if s.values[i] is None else escape(_number(s.values[i])))
+            "<td>{}</td>".format("" if (v := s.values[i]) is None else escape(_number(v)))
             for s in chart.series
         )
         rows.append(f"<tr><th scope='row'>{escape(_clock(t))}</th>{cells}</tr>")

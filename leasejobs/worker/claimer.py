@@ -29,6 +29,7 @@ class Claimer:
         options: WorkerOptions,
         *,
         lease_seconds: float,
+        poll_interval: float,
         prefetch: int,
         mean_duration: Callable[[], float | None],
         settle: Callable[[HeldJob, Outcome], bool],
@@ -40,6 +41,7 @@ class Claimer:
         self.events = events
         self.options = options
         self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
         self.prefetch = prefetch
         self._mean_duration = mean_duration
         self._settle = settle
@@ -53,7 +55,7 @@ class Claimer:
     def run(self, stopping: threading.Event) -> None:
         """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
         o = self.options
-        poll = float(o.poll_interval)
+        poll = self.poll_interval
         while not stopping.is_set():
             if o.max_jobs is not None and self.held.claimed >= o.max_jobs:
                 self.events.exiting(f"reached --max-jobs {o.max_jobs}:")

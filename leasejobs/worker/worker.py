@@ -47,7 +47,7 @@ class Worker:
         self.options = options
         self.worker_id = options.worker_id
         self.lease_seconds = float(options.lease_seconds or conf.get("LEASE_SECONDS"))
-        options.poll_interval = float(options.poll_interval or conf.get("POLL_INTERVAL_SECONDS"))
+        self.poll_interval = float(options.poll_interval or conf.get("POLL_INTERVAL_SECONDS"))
         self.prefetch = int(conf.get("PREFETCH") if options.prefetch is None else options.prefetch)
         self.channel = str(conf.get("NOTIFY_CHANNEL"))
         self.events = Events(self.worker_id)
@@ -75,6 +75,7 @@ class Worker:
             self.events,
             options,
             lease_seconds=self.lease_seconds,
+            poll_interval=self.poll_interval,
             prefetch=self.prefetch,
             mean_duration=lambda: self.runners.mean_duration,
             settle=self._settle,

@@ -15,9 +15,8 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connections
 
 from leasejobs import liveness, queuestats
-from leasejobs.enqueue import DB_ALIAS
-from leasejobs.management.commands.leasejobs_prune import parse_age
-from leasejobs.management.commands.runworker import _not_negative_int
+from leasejobs.conf import DB_ALIAS
+from leasejobs.management.arguments import duration, non_negative_int
 
 #: This host's newest worker (or the one named), with its heartbeat age and interval.
 WORKER = """
@@ -40,14 +39,14 @@ class Command(BaseCommand):
         parser.add_argument("--queue", action="store_true", help="Check the queue's lag and expired leases.")
         parser.add_argument(
             "--max-lag",
-            type=parse_age,
+            type=duration,
             default=60.0,
             metavar="AGE",
             help="Most a due job may wait unclaimed, such as 60s or 5m (default 60s).",
         )
         parser.add_argument(
             "--max-expired",
-            type=_not_negative_int,
+            type=non_negative_int,
             default=0,
             metavar="N",
             help="Most running jobs with an expired lease (default 0).",

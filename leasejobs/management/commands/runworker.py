@@ -1,7 +1,6 @@
 """``manage.py runworker``: run a leasejobs worker until stopped."""
 
 import logging
-import math
 import signal
 import sys
 from typing import Any
@@ -9,47 +8,18 @@ from typing import Any
 import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leasejobs import conf, observe, registry
+from leasejobs import conf, observe, registry, tasks_backend
 from leasejobs.connection import connection_params
-from leasejobs.enqueue import QUEUE_MAX_LENGTH
 from leasejobs.logformat import JsonFormatter
+from leasejobs.management.arguments import (
+    non_negative_float,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+)
+from leasejobs.rules import validate_queue, validate_worker_id
 from leasejobs.worker import Worker, WorkerOptions
-
-
-def _positive(kind: type) -> Any:
-    """An argparse type: a finite number of ``kind`` greater than zero (not nan, not inf)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise ValueError(text) from None
-        if not 0 < value < math.inf:
-            raise ValueError(text)
-        return value
-
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
-
-
-def _not_negative(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < math.inf:
-        raise ValueError(text)
-    return value
-
-
-_not_negative.__name__ = "non-negative number"
-
-
-def _not_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-_not_negative_int.__name__ = "non-negative int"
 
 
 class Command(BaseCommand):
@@ -68,27 +38,27 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=_positive(int),
+            type=positive_int,
             default=4,
             metavar="N",
             help="Jobs run at once, one thread each (default 4).",
         )
         parser.add_argument(
             "--prefetch",
-            type=_not_negative_int,
+            type=non_negative_int,
             metavar="N",
             help="Claim up to N jobs ahead of free slots, fewer as jobs get slower "
             "(default LEASEJOBS['PREFETCH']; 0: free slots only).",
         )
         parser.add_argument(
             "--lease",
-            type=_positive(float),
+            type=positive_float,
             metavar="SECONDS",
             help="Lease of a claim, unless the task sets lease_seconds (default LEASEJOBS['LEASE_SECONDS']).",
         )
         parser.add_argument(
             "--heartbeat",
-            type=_positive(float),
+            type=positive_float,
             metavar="SECONDS",
             help="Extend held leases this often (default: a third of each job's lease).",
         )
@@ -100,7 +70,7 @@ class Command(BaseCommand):
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no job is ready to claim.")
         parser.add_argument(
             "--max-jobs",
-            type=_positive(int),
+            type=positive_int,
             metavar="N",
             help="Exit after claiming N jobs and finishing them.",
         )
@@ -109,7 +79,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--grace",
-            type=_not_negative,
+            type=non_negative_float,
             default=10.0,
             metavar="SECONDS",
             help="On SIGTERM/SIGINT, let running jobs finish this long before "
@@ -117,7 +87,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-port",
-            type=_port,
+            type=port,
             metavar="PORT",
             help="Serve Prometheus metrics on this port (default LEASEJOBS['METRICS_PORT']; "
             "needs leasejobs[metrics]).",
@@ -135,7 +105,7 @@ class Command(BaseCommand):
             raise CommandError(f"LEASEJOBS['LOG_FORMAT'] must be 'text' or 'json', not {log_format!r}.")
         _configure_logging(options["verbosity"], log_format)
         self._check_database()
-        registry.autodiscover()
+        tasks_backend.register_from(registry.autodiscover())
         worker = Worker(worker_options)
         try:
             observe.start(worker.worker_id, worker_options.concurrency, options["metrics_port"])
@@ -147,16 +117,16 @@ class Command(BaseCommand):
 
     def _worker_options(self, options: dict[str, Any]) -> WorkerOptions:
         queues = options["queues"]
-        for q in queues or []:
-            if not q or len(q) > QUEUE_MAX_LENGTH:
-                raise CommandError(
-                    f"--queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {q!r}."
-                )
+        worker_id = options["worker_id"]
+        try:
+            for q in queues or []:
+                validate_queue(q, "--queue")
+            if worker_id is not None:
+                validate_worker_id(worker_id, "--worker-id")
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         if options["heartbeat"] and options["no_heartbeat"]:
             raise CommandError("--heartbeat and --no-heartbeat contradict each other; give one.")
-        worker_id = options["worker_id"]
-        if worker_id is not None and (not worker_id.strip() or len(worker_id) > 200):
-            raise CommandError("--worker-id must be 1 to 200 characters, not blank.")
         result = WorkerOptions(
             queues=queues,
             concurrency=options["concurrency"],
@@ -172,8 +142,6 @@ class Command(BaseCommand):
             result.worker_id = worker_id
         lease = result.lease_seconds
         if lease is None:
-            from leasejobs import conf
-
             lease = float(conf.get("LEASE_SECONDS"))
         if result.heartbeat_seconds is not None and result.heartbeat_seconds >= lease:
             raise CommandError(
@@ -201,16 +169,6 @@ class Command(BaseCommand):
             )
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 < value < 65536:
-        raise ValueError(text)
-    return value
-
-
-_port.__name__ = "port number"
-
-
 def _configure_logging(verbosity: int, log_format: str) -> None:
     """Show the worker's one-line events on stderr unless logging is configured.
 
@@ -230,9 +188,9 @@ def _configure_logging(verbosity: int, log_format: str) -> None:
     elif logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
     if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-        logger.addHandler(handler)
+        stream: logging.Handler = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(stream)
     if log_format == "json":
         for handler in [*logger.handlers, *logging.getLogger().handlers]:
             handler.setFormatter(JsonFormatter())
