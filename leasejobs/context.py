@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from leasejobs import sql
 from leasejobs.conf import DB_ALIAS
 from leasejobs.exceptions import LeaseLost
-from leasejobs.rules import validate_key
+from leasejobs.validators import validate_key
 from leasejobs.values import one_line, stored_json
 
 logger = logging.getLogger("leasejobs.worker")

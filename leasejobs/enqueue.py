@@ -18,7 +18,7 @@ from leasejobs import conf, sql, tracing
 from leasejobs.conf import DB_ALIAS
 from leasejobs.limits import encode_json, encode_payload
 from leasejobs.models import Job
-from leasejobs.rules import validate_key, validate_max_attempts, validate_priority, validate_queue
+from leasejobs.validators import validate_key, validate_max_attempts, validate_priority, validate_queue
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from leasejobs import conf, enqueue
 from leasejobs.models import Job
-from leasejobs.rules import validate_priority, validate_queue, validate_task_options
+from leasejobs.validators import validate_priority, validate_queue, validate_task_options
 
 _registry: dict[str, "Task"] = {}
 _lock = threading.Lock()

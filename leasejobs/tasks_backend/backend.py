@@ -51,8 +51,8 @@ from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 
 from leasejobs.conf import DB_ALIAS
-from leasejobs.rules import TASK_OPTIONS, validate_task_options
 from leasejobs.tasks_backend.results import JobFailed, task_result
+from leasejobs.validators import TASK_OPTIONS, validate_task_options
 
 __all__ = ["JobFailed", "LeaseJobsBackend", "LeaseJobsTask", "find", "register_from"]
 

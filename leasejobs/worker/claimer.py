@@ -14,6 +14,7 @@ from leasejobs import observe, registry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.context import JobContext
 from leasejobs.store import Attempt, ClaimedRow, Outcome, WorkerStore
+from leasejobs.validators import effective_lease
 from leasejobs.worker import outcomes, rules
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
@@ -129,7 +130,7 @@ class Claimer:
 
     def _held_job(self, row: ClaimedRow, claimed_at: float) -> HeldJob:
         task = registry.get(row.task_name)
-        lease = float(task.lease_seconds) if task and task.lease_seconds else self.lease_seconds
+        lease = effective_lease(task.lease_seconds if task else None, self.lease_seconds)
         return HeldJob(
             key=Attempt(row.id, row.attempt),
             task_name=row.task_name,

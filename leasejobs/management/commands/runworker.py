@@ -18,7 +18,7 @@ from leasejobs.management.arguments import (
     positive_float,
     positive_int,
 )
-from leasejobs.rules import validate_queue, validate_worker_id
+from leasejobs.validators import validate_queue, validate_worker_id
 from leasejobs.worker import Worker, WorkerOptions
 
 
