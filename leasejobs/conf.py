@@ -31,6 +31,10 @@ DEFAULTS: dict[str, Any] = {
     # buffered job starts within 0.1 s (and a tenth of its lease): 1000 only
     # for jobs of 0.4 ms or less at concurrency 4. 0 claims free slots only.
     "PREFETCH": 1000,
+    # Periodic schedules of tasks declared elsewhere (see leasejobs.periodic):
+    # a list of dicts with task, cron, timezone, args, kwargs, name, catch_up,
+    # max_catch_up, overlap, jitter_seconds.
+    "PERIODIC": [],
 }
 
 

@@ -8,6 +8,7 @@ either thread may look at any time, and nobody waits on them (a
 """
 
 import contextvars
+import datetime as dt
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,6 +47,10 @@ class JobContext:
     queue: str = "default"
     _lease_lost: bool = field(default=False, repr=False)
     _cancel_requested: bool = field(default=False, repr=False)
+    #: The tick of a periodic job, if the worker knows it already (from the
+    #: claimed row's idempotency key); else ``scheduled_at`` reads it once.
+    _scheduled_at: dt.datetime | None = field(default=None, repr=False)
+    _scheduled_at_read: bool = field(default=False, repr=False)
 
     @property
     def fencing_token(self) -> int:
@@ -61,6 +66,22 @@ class JobContext:
     def cancel_requested(self) -> bool:
         """True once someone asked to cancel this running job."""
         return self._cancel_requested
+
+    @property
+    def scheduled_at(self) -> dt.datetime | None:
+        """The tick this periodic job is for (aware, UTC), or None for a job no schedule made.
+
+        Named by the job's idempotency key (``periodic:<schedule>:<tick>``);
+        read from the job row on first use unless the worker filled it in.
+        """
+        if self._scheduled_at is None and not self._scheduled_at_read:
+            from leasejobs.models import Job
+            from leasejobs.periodic.schedules import tick_of_key
+
+            key = Job.objects.using(DB_ALIAS).filter(pk=self.job_id).values_list("idempotency_key", flat=True)
+            self._scheduled_at = tick_of_key(next(iter(key), None))
+            self._scheduled_at_read = True
+        return self._scheduled_at
 
     def mark_lease_lost(self) -> None:
         self._lease_lost = True

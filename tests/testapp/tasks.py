@@ -104,3 +104,10 @@ def until_cancelled(ctx, seconds):
     while time.monotonic() < deadline and not ctx.cancel_requested:
         time.sleep(0.05)
     return "stopped" if ctx.cancel_requested else "finished"
+
+
+@task(takes_context=True)
+def stamp(ctx, seconds=0.0):
+    """A periodic test job: returns the tick it was for (after ``seconds`` of work)."""
+    time.sleep(seconds)
+    return ctx.scheduled_at.isoformat() if ctx.scheduled_at else None
