@@ -16,7 +16,9 @@ Threads, each with its own database connection where it needs one:
   the attempt that produced it; it waits a few milliseconds for company
   (``FINISH_LINGER_SECONDS``) so that a steady stream of jobs costs a
   fraction of a commit each;
-- the listener thread waits for NOTIFY on a dedicated autocommit connection.
+- the listener thread waits for NOTIFY on a dedicated autocommit connection;
+- the periodic thread enqueues the jobs of periodic schedules when their
+  ticks come (``leasejobs.periodic.scheduler``; not with ``--no-periodic``).
 
 A job stays "held" (and heartbeated) from its claim until its outcome is
 written or dropped, so neither a job waiting in the buffer nor a finish
@@ -47,6 +49,7 @@ from leasejobs.connection import CONNECTION_ERRORS, WorkerConnection
 from leasejobs.context import JobContext, activate, deactivate
 from leasejobs.enqueue import encode_json
 from leasejobs.exceptions import LeaseLost
+from leasejobs.periodic.scheduler import Scheduler
 
 logger = logging.getLogger("leasejobs.worker")
 
@@ -106,6 +109,8 @@ class WorkerOptions:
     poll_interval: float | None = None
     #: Most jobs claimed ahead of free runner slots (None: LEASEJOBS["PREFETCH"]).
     prefetch: int | None = None
+    #: Enqueue the jobs of periodic schedules (runworker --no-periodic: False).
+    periodic: bool = True
 
 
 @dataclass(slots=True)
@@ -224,6 +229,10 @@ class Worker:
             "off" if not o.heartbeat else (f"{o.heartbeat_seconds}s" if o.heartbeat_seconds else "lease/3"),
         )
         self._start_thread(self._listen, "leasejobs-listener")
+        scheduler = Scheduler(self.worker_id) if o.periodic else None
+        periodic = None
+        if scheduler is not None and scheduler.schedules:
+            periodic = self._start_thread(lambda: self._periodic_loop(scheduler), "leasejobs-periodic")
         self._start_thread(self._heartbeat_loop, "leasejobs-heartbeat")
         finisher = self._start_thread(self._finish_loop, "leasejobs-finisher")
         for i in range(o.concurrency):
@@ -241,6 +250,8 @@ class Worker:
             self._release_all()
             self._done.set()
             self._wake.set()
+            if periodic is not None:
+                periodic.join(timeout=5)  # it closes its connection and logs its figures
             for conn in (self._claim_db, self._beat_db, self._finish_db):
                 conn.close()
             c = self.counts
@@ -750,6 +761,17 @@ class Worker:
                     )
                     self._done.wait(1.0)
         listener.close()
+
+    # -- periodic jobs ---------------------------------------------------------
+
+    def _periodic_loop(self, scheduler: Scheduler) -> None:
+        """Enqueue periodic jobs as their ticks come, until the worker stops claiming."""
+        try:
+            while not self._stopping.is_set() and not self._done.is_set():
+                # At most a second asleep: --burst and --max-jobs end without a stop request.
+                self._stopping.wait(min(1.0, scheduler.run_due()))
+        finally:
+            scheduler.close()
 
     # -- stopping --------------------------------------------------------------
 

@@ -115,6 +115,13 @@ class Command(BaseCommand):
             "giving their leases back (default 10).",
         )
 
+        parser.add_argument(
+            "--no-periodic",
+            action="store_true",
+            help="Never enqueue periodic jobs from this worker (by default every worker does, "
+            "and each tick is still enqueued once).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         worker_options = self._worker_options(options)
         _configure_logging(options["verbosity"])
@@ -147,6 +154,7 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             grace_seconds=options["grace"],
             prefetch=options["prefetch"],
+            periodic=not options["no_periodic"],
         )
         if worker_id:
             result.worker_id = worker_id
