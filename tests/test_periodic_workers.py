@@ -1,0 +1,138 @@
+"""Periodic jobs with real ``runworker`` processes: one job per (schedule, tick), whatever happens.
+
+Workers run ``tests.periodic_settings`` with their schedule set in
+``LEASEJOBS_TEST_PERIODIC`` (see that module). Schedules tick every second
+(cron's optional sixth, leading field is seconds), so a bounded run of some
+seconds covers dozens of ticks. Ticks are read back from the jobs'
+idempotency keys (``periodic:<schedule>:<tick>``).
+"""
+
+import datetime as dt
+import json
+import os
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+from django.db import connection
+
+from leasejobs.models import Job, PeriodicSchedule
+from leasejobs.periodic.schedules import tick_of_key
+from tests.helpers import wait_until
+
+STAMP = "tests.testapp.tasks.stamp"
+SKEWED_CLOCK = Path(__file__).resolve().parent / "chaos" / "skewed_clock"
+SECOND = dt.timedelta(seconds=1)
+
+
+def env_for(schedules: list[dict], clock_skew: float = 0.0) -> dict[str, str]:
+    """The environment of a worker declaring ``schedules``, its wall clock ``clock_skew`` seconds off.
+
+    The skew comes from tests/chaos/skewed_clock/sitecustomize.py, which
+    shifts ``time.time()`` and ``datetime.now()`` of the whole process.
+    """
+    env = {
+        "DJANGO_SETTINGS_MODULE": "tests.periodic_settings",
+        "LEASEJOBS_TEST_PERIODIC": json.dumps(schedules),
+    }
+    if clock_skew:
+        path = os.pathsep.join(filter(None, [str(SKEWED_CLOCK), os.environ.get("PYTHONPATH")]))
+        env.update(PYTHONPATH=path, LEASEJOBS_CLOCK_SKEW_SECONDS=str(clock_skew))
+    return env
+
+
+def every_second(name: str, **options) -> dict:
+    return {"task": STAMP, "cron": "* * * * * *", "name": name, **options}
+
+
+def db_now() -> dt.datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
+
+
+def ticks_of(name: str) -> list[dt.datetime]:
+    """The tick of every job schedule ``name`` enqueued, in tick order (duplicates kept)."""
+    keys = Job.objects.filter(idempotency_key__startswith=f"periodic:{name}:").values_list(
+        "idempotency_key", flat=True
+    )
+    return sorted(tick_of_key(k) for k in keys)
+
+
+def assert_one_job_per_tick(name: str, first: dt.datetime, last: dt.datetime) -> list[dt.datetime]:
+    """Every second from ``first`` to ``last`` has exactly one job; return all ticks."""
+    ticks = ticks_of(name)
+    assert len(ticks) == len(set(ticks)), "a tick was enqueued twice"
+    window = [t for t in ticks if first <= t <= last]
+    expected = int((last - first) / SECOND) + 1
+    missing = sorted({first + i * SECOND for i in range(expected)} - set(window))
+    assert not missing, f"ticks without a job: {missing[:5]}"
+    for job in Job.objects.filter(idempotency_key__startswith=f"periodic:{name}:"):
+        assert job.run_at == tick_of_key(job.idempotency_key), "run_at is the tick"
+        assert job.created_at >= job.run_at, "inserted before its tick by the database clock"
+    return ticks
+
+
+def stop_all(workers) -> None:
+    for w in workers:
+        if w.proc.poll() is None:
+            w.signal(signal.SIGCONT)
+            w.signal(signal.SIGTERM)
+    for w in workers:
+        w.wait(timeout=60)
+
+
+def test_six_workers_enqueue_each_tick_once_through_kill_and_pause_storms(start_worker):
+    schedules = [every_second("storm", catch_up="all")]
+    workers = [start_worker("--concurrency", "2", env=env_for(schedules)) for _ in range(6)]
+    wait_until(lambda: ticks_of("storm"), timeout=60, what="the first periodic job")
+    first = ticks_of("storm")[0]
+    rng = random.Random(14)
+    kills = pauses = 0
+    storm_ends = time.monotonic() + 25
+    while time.monotonic() < storm_ends:
+        victim = rng.randrange(len(workers))
+        if rng.random() < 0.5:
+            workers[victim].signal(signal.SIGKILL)
+            workers[victim].wait()
+            workers[victim] = start_worker("--concurrency", "2", env=env_for(schedules))
+            kills += 1
+        else:
+            workers[victim].signal(signal.SIGSTOP)
+            time.sleep(rng.uniform(0.5, 3.0))
+            workers[victim].signal(signal.SIGCONT)
+            pauses += 1
+        time.sleep(rng.uniform(0.2, 1.0))
+    # Let the fleet catch up, then end the bounded run.
+    storm_end = db_now().replace(microsecond=0)
+    wait_until(
+        lambda: ticks_of("storm")[-1] >= storm_end + 3 * SECOND, timeout=60, what="ticks after the storm"
+    )
+    stop_all(workers)
+    last = PeriodicSchedule.objects.get(name="storm").last_tick
+    ticks = assert_one_job_per_tick("storm", first, last)
+    assert ticks[-1] == last
+    assert kills >= 3 and pauses >= 3, (kills, pauses)
+    print(f"\nstorm: {len(ticks)} ticks, one job each, through {kills} SIGKILLs and {pauses} SIGSTOPs")
+
+
+def test_worker_clocks_an_hour_off_neither_duplicate_nor_skip_a_tick(start_worker):
+    # catch_up="all": a worker an hour ahead, were its clock used, would
+    # enqueue every tick of the next hour at once; one an hour behind none.
+    schedules = [every_second("skewed", catch_up="all")]
+    workers = [start_worker(env=env_for(schedules, skew)) for skew in (3600.0, -3600.0, 3600.0, -3600.0)]
+    for w in workers:
+        w.wait_for_log(r"worker started", timeout=60)
+    # Those clocks really are off: the log's timestamps come from them.
+    stamp = re.search(r"^(\S+ \S+),\d+ ", workers[0].log(), re.M).group(1)
+    ahead = dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.UTC) - db_now()
+    assert abs(ahead.total_seconds() - 3600) < 120, ahead
+    wait_until(lambda: len(ticks_of("skewed")) >= 12, timeout=90, what="a dozen ticks")
+    stop_all(workers)
+    ticks = ticks_of("skewed")
+    assert_one_job_per_tick("skewed", ticks[0], ticks[-1])
+    assert ticks[-1] <= db_now()
+    enqueuers = {m for w in workers for m in re.findall(r"periodic job enqueued .* worker=(\S+)", w.log())}
+    assert len(enqueuers) >= 2, "more than one skewed worker enqueued ticks"
