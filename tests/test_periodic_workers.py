@@ -136,3 +136,115 @@ def test_worker_clocks_an_hour_off_neither_duplicate_nor_skip_a_tick(start_worke
     assert ticks[-1] <= db_now()
     enqueuers = {m for w in workers for m in re.findall(r"periodic job enqueued .* worker=(\S+)", w.log())}
     assert len(enqueuers) >= 2, "more than one skewed worker enqueued ticks"
+
+
+def cron_ticks(start: dt.datetime, end: dt.datetime, step: int) -> list[dt.datetime]:
+    """Every ``step``-second tick (of the minute) in ``(start, end]``."""
+    t = start.replace(microsecond=0) + SECOND
+    found = []
+    while t <= end:
+        if t.second % step == 0:
+            found.append(t)
+        t += SECOND
+    return found
+
+
+def test_downtime_then_restart_under_each_catch_up_mode(start_worker):
+    schedules = [
+        {"task": STAMP, "cron": "*/3 * * * * *", "name": "latest", "catch_up": "latest"},
+        {"task": STAMP, "cron": "*/3 * * * * *", "name": "all", "catch_up": "all"},
+        # On time until half its period (10 s) has passed.
+        {"task": STAMP, "cron": "*/20 * * * * *", "name": "none", "catch_up": "none"},
+    ]
+    first = start_worker(env=env_for(schedules))
+    wait_until(lambda: all(ticks_of(n) for n in ("latest", "all", "none")), timeout=60, what="first ticks")
+    first.signal(signal.SIGKILL)
+    first.wait()
+    down_at = db_now()
+    before = {n: ticks_of(n)[-1] for n in ("latest", "all", "none")}
+    # Down over a */20 tick, and back 11 s after it: too late for "none" (and 3+ */3 ticks missed).
+    missed_none = cron_ticks(down_at, down_at + 20 * SECOND, 20)[0]
+    wait_until(lambda: db_now() >= missed_none + 11 * SECOND, timeout=40, interval=0.1)
+    restarted = db_now()
+    assert (restarted - down_at).total_seconds() >= 10
+    second = start_worker(env=env_for(schedules))
+    wait_until(
+        lambda: all(ticks_of(n)[-1] > restarted for n in ("latest", "all", "none")),
+        timeout=60,
+        what="ticks after the restart",
+    )
+    stop_all([second])
+
+    # "all": every tick missed while down has its job, in order.
+    all_ticks = ticks_of("all")
+    assert all_ticks == cron_ticks(all_ticks[0] - SECOND, all_ticks[-1], 3)
+    missed = cron_ticks(before["all"], restarted, 3)
+    assert len(missed) >= 3 and set(missed) <= set(all_ticks)
+    # "latest": of the ticks missed up to the first one the restarted worker
+    # enqueued, only that one has a job.
+    latest_ticks = ticks_of("latest")
+    first_after = min(t for t in latest_ticks if t > before["latest"])
+    gap = cron_ticks(before["latest"], first_after, 3)
+    assert len(gap) >= 3, gap
+    assert [t for t in latest_ticks if before["latest"] < t <= first_after] == [first_after]
+    # "none": the tick that came 11+ s before the restart is dropped; the next one runs.
+    none_ticks = ticks_of("none")
+    assert missed_none not in none_ticks
+    assert none_ticks[-1] > restarted
+    assert PeriodicSchedule.objects.get(name="none").skipped >= 1
+
+
+def test_schedules_removed_or_changed_between_two_worker_generations(start_worker):
+    gen1 = [
+        {"task": STAMP, "cron": "*/2 * * * * *", "name": "changing", "catch_up": "all"},
+        every_second("removed", catch_up="all"),
+    ]
+    workers = [start_worker(env=env_for(gen1)) for _ in range(2)]
+    wait_until(lambda: len(ticks_of("changing")) >= 3, timeout=60, what="generation 1 ticks")
+    stop_all(workers)
+    stopped = db_now()
+    removed_last = ticks_of("removed")[-1]
+    time.sleep(6)  # down long enough for catch_up="all" to have ticks to fill, were it to fire for the past
+
+    gen2 = [{"task": STAMP, "cron": "*/5 * * * * *", "name": "changing", "catch_up": "all"}]
+    started = db_now()
+    workers = [start_worker(env=env_for(gen2)) for _ in range(2)]
+    wait_until(lambda: len([t for t in ticks_of("changing") if t > started]) >= 3, timeout=60, what="gen 2")
+    stop_all(workers)
+
+    assert ticks_of("removed")[-1] == removed_last, "a removed schedule stops ticking"
+    row = PeriodicSchedule.objects.get(name="removed")
+    assert row.last_tick == removed_last, "and keeps its state for the record"
+    changing = ticks_of("changing")
+    assert not [t for t in changing if stopped < t <= started], "nothing fired for the past"
+    new = [t for t in changing if t > started]
+    assert new == cron_ticks(new[0] - SECOND, new[-1], 5), "the new expression, every tick"
+    assert PeriodicSchedule.objects.get(name="changing").cron == "*/5 * * * * *"
+
+
+def test_two_deploys_side_by_side_with_different_schedule_sets(start_worker):
+    shared = every_second("shared", catch_up="all")
+    deploy1 = [shared, every_second("only-1"), {"task": STAMP, "cron": "*/2 * * * * *", "name": "contested"}]
+    deploy2 = [shared, every_second("only-2"), {"task": STAMP, "cron": "*/3 * * * * *", "name": "contested"}]
+    old = [start_worker(env=env_for(deploy1)) for _ in range(2)]
+    for w in old:
+        w.wait_for_log(r"worker started", timeout=60)
+    wait_until(lambda: ticks_of("contested"), timeout=60, what="deploy 1 ticks")
+    new = [start_worker(env=env_for(deploy2)) for _ in range(2)]
+    for w in new:
+        w.wait_for_log(r"worker started", timeout=60)
+    both_from = db_now() + 2 * SECOND
+    wait_until(
+        lambda: ticks_of("shared")[-1] >= both_from + 12 * SECOND, timeout=90, what="a run side by side"
+    )
+    stop_all(old + new)
+
+    shared_ticks = ticks_of("shared")
+    assert_one_job_per_tick("shared", shared_ticks[0], shared_ticks[-1])
+    assert [t for t in ticks_of("only-1") if t > both_from], "deploy 1 keeps its own schedules"
+    assert [t for t in ticks_of("only-2") if t > both_from], "deploy 2 runs its own schedules"
+    # The definition of the worker started last wins; the older deploy leaves that schedule alone.
+    contested = [t for t in ticks_of("contested") if t > both_from]
+    assert contested and all(t.second % 3 == 0 for t in contested), contested
+    assert any("declared differently by a worker started later" in w.log() for w in old)
+    assert PeriodicSchedule.objects.get(name="contested").cron == "*/3 * * * * *"
