@@ -248,3 +248,29 @@ def test_two_deploys_side_by_side_with_different_schedule_sets(start_worker):
     assert contested and all(t.second % 3 == 0 for t in contested), contested
     assert any("declared differently by a worker started later" in w.log() for w in old)
     assert PeriodicSchedule.objects.get(name="contested").cron == "*/3 * * * * *"
+
+
+def test_a_bad_schedule_stops_runworker_at_start_with_one_sentence(start_worker):
+    bad = start_worker(env=env_for([{"task": STAMP, "cron": "0 7 * * *", "timezone": "Europe/Pariss"}]))
+    assert bad.wait(timeout=60) != 0
+    assert "(leasejobs.E010) Periodic schedule 'tests.testapp.tasks.stamp'" in bad.log()
+    assert "unknown time zone 'Europe/Pariss'." in bad.log()
+
+
+def test_no_periodic_workers_never_schedule_and_each_worker_pays_about_one_statement_per_tick(start_worker):
+    schedules = [every_second("cost")]
+    idle = start_worker("--no-periodic", env=env_for(schedules))
+    idle.wait_for_log(r"worker started", timeout=60)
+    time.sleep(3)
+    assert ticks_of("cost") == [], "a --no-periodic worker enqueues nothing"
+    workers = [start_worker(env=env_for(schedules)) for _ in range(3)]
+    wait_until(lambda: len(ticks_of("cost")) >= 20, timeout=90, what="twenty ticks")
+    stop_all([idle, *workers])
+    ticks = ticks_of("cost")
+    assert_one_job_per_tick("cost", ticks[0], ticks[-1])
+    for w in workers:
+        statements = int(re.search(r"periodic scheduler stopped .* statements=(\d+)", w.log()).group(1))
+        # One statement per tick of its life, one to register, and a few more at most.
+        assert statements <= len(ticks) + 5, (statements, len(ticks))
+        print(f"\n{w.pid}: {statements} statements for {len(ticks)} ticks")
+    assert "periodic" not in idle.log()

@@ -71,7 +71,8 @@ class Scheduler:
         self._started_at: dt.datetime | None = None
         # The database clock: its now() at the monotonic time beside it.
         self._clock: tuple[dt.datetime, float] | None = None
-        self.statements = 0  # for the cost figures in docs/periodic.md
+        self.statements = 0  # statements run, logged at close (docs/periodic.md: the cost)
+        self.enqueued = 0
 
     def db_now(self) -> dt.datetime:
         """The database's time, estimated from its last answer and the monotonic clock."""
@@ -106,6 +107,12 @@ class Scheduler:
     def close(self) -> None:
         """Close this thread's Django connection (call it from the same thread)."""
         connections[DB_ALIAS].close()
+        logger.info(
+            "periodic scheduler stopped worker=%s statements=%d enqueued=%d",
+            self.worker_id,
+            self.statements,
+            self.enqueued,
+        )
 
     def _sleep(self) -> float:
         dues = [s.next_due for s in self._state.values() if s.mine and s.next_due is not None]
@@ -115,14 +122,17 @@ class Scheduler:
         return min(MAX_SLEEP_SECONDS, max(0.005, seconds))
 
     def _execute(self, statement: str, params: dict[str, object]) -> list[tuple]:
-        sent = time.monotonic()
         with connections[DB_ALIAS].cursor() as cursor:
             cursor.execute(statement, params)
             rows = cursor.fetchall()
         self.statements += 1
         if rows:
-            # The database read now() somewhere during the round trip: take the middle.
-            self._clock = (rows[0][0], (sent + time.monotonic()) / 2)
+            # The database read now() during the round trip, before this
+            # moment: pairing it with the moment the answer arrived puts the
+            # estimate behind the database clock by at most a round trip, so
+            # a worker wakes a little late for a tick, never early (an early
+            # look would cost a second statement).
+            self._clock = (rows[0][0], time.monotonic())
         return rows
 
     def _register(self, names: list[str] | None = None) -> None:
@@ -192,13 +202,20 @@ class Scheduler:
                 "channel": conf.get("NOTIFY_CHANNEL"),
             },
         )
-        _now, prev_tick, moved_tick, job_ids, keys, skipped, busy, _notified = rows[0]
-        if prev_tick is None:
+        _now, current_tick, due_tick, moved_tick, job_ids, keys, skipped, busy, _notified = rows[0]
+        if current_tick is None:
             # The row is gone or holds another definition now: look again.
             self._register([schedule.name])
             return
-        state.last_tick = moved_tick or prev_tick
+        if moved_tick is not None:
+            state.last_tick = moved_tick
+        else:
+            # Nothing was due, or another worker decided the due ticks first
+            # (its last_tick is past them, though this statement's snapshot
+            # may not show it yet).
+            state.last_tick = max(current_tick, due_tick or current_tick)
         state.next_due = next_tick(schedule.cron, schedule.tz, state.last_tick)
+        self.enqueued += len(job_ids)
         for job_id, key in zip(job_ids, keys, strict=True):
             logger.info(
                 "periodic job enqueued job=%s schedule=%s tick=%s worker=%s",

@@ -48,33 +48,46 @@ LEFT JOIN leasejobs_periodic_schedule s ON s.name = r.name
 
 #: Decide one schedule's due ticks and insert their jobs, in one statement.
 #:
-#: The schedule's row is locked (``prev``) and only ticks after its
-#: ``last_tick`` and not after ``now()`` count: a second worker running the
-#: same statement for the same tick waits for the lock, then reads the
-#: advanced ``last_tick`` and does nothing. ``last_tick`` only moves forward
-#: and moves in the same transaction as the insert, so a tick is decided
-#: exactly once; the job's idempotency key (schedule and tick) under its
-#: unique constraint makes a duplicate impossible even if the row were reset.
-#: ``prev`` matches only the worker's own ``signature``: a worker whose
-#: definition was replaced by a newer deploy changes nothing (and learns it
-#: from the NULL ``prev`` tick). ``every_tick`` false keeps only the latest
-#: due tick (catch-up "latest"/"none", or overlap off); ``late_seconds``
-#: drops a tick later than that (catch-up "none"); ``overlap`` false drops
-#: every tick while the schedule's previous job is queued or running. Ticks
-#: not enqueued are counted in ``skipped``.
+#: The schedule's row is locked (``prev``) only if one of the candidate
+#: ticks is after its ``last_tick`` and not after ``now()``, and only such
+#: ticks count. A second worker running the same statement for the same
+#: tick waits for the lock, then finds the advanced ``last_tick`` (the lock
+#: re-checks its condition on the newest row) and does nothing. ``last_tick``
+#: only moves forward and moves in the same transaction as the insert, so a
+#: tick is decided exactly once; the job's idempotency key (schedule and
+#: tick) under its unique constraint makes a duplicate impossible even if
+#: the row were reset. When nothing is due, or another worker was first, the
+#: statement locks and writes nothing: a read, with no commit to flush.
+#:
+#: Rows match only the worker's own ``signature``: a worker whose definition
+#: was replaced by a newer deploy changes nothing (and learns it from the
+#: NULL ticks). ``every_tick`` false keeps only the latest due tick
+#: (catch-up "latest"/"none", or overlap off); ``late_seconds`` drops a tick
+#: later than that (catch-up "none"); ``overlap`` false drops every tick
+#: while the schedule's previous job is queued or running. Ticks not
+#: enqueued are counted in ``skipped``.
 TICK = """
-WITH prev AS (
+WITH candidates AS (
+    SELECT c.tick, c.run_at, c.key
+    FROM unnest(%(ticks)s::timestamptz[], %(run_ats)s::timestamptz[], %(keys)s::text[])
+        AS c(tick, run_at, key)
+    WHERE c.tick <= now()
+),
+current AS (
+    SELECT last_tick FROM leasejobs_periodic_schedule
+    WHERE name = %(name)s AND signature = %(signature)s
+),
+prev AS (
     SELECT name, last_tick, last_job_id
     FROM leasejobs_periodic_schedule
     WHERE name = %(name)s AND signature = %(signature)s
+      AND last_tick < (SELECT max(tick) FROM candidates)
     FOR UPDATE
 ),
 due AS (
     SELECT c.tick, c.run_at, c.key
-    FROM prev
-    CROSS JOIN unnest(%(ticks)s::timestamptz[], %(run_ats)s::timestamptz[], %(keys)s::text[])
-        AS c(tick, run_at, key)
-    WHERE c.tick > prev.last_tick AND c.tick <= now()
+    FROM prev CROSS JOIN candidates c
+    WHERE c.tick > prev.last_tick
 ),
 busy AS (
     SELECT EXISTS (
@@ -110,14 +123,15 @@ moved AS (
         skipped = s.skipped + (SELECT count(*) FROM due) - (SELECT count(*) FROM wanted),
         updated_at = now()
     FROM prev
-    WHERE s.name = prev.name AND EXISTS (SELECT 1 FROM due)
+    WHERE s.name = prev.name
     RETURNING s.last_tick
 ),
 notified AS (
     SELECT pg_notify(%(channel)s, %(queue)s) FROM inserted WHERE run_at <= now() LIMIT 1
 )
 SELECT now(),
-       (SELECT last_tick FROM prev),
+       (SELECT last_tick FROM current),
+       (SELECT max(tick) FROM candidates),
        (SELECT last_tick FROM moved),
        ARRAY(SELECT id FROM inserted ORDER BY id),
        ARRAY(SELECT key FROM inserted ORDER BY id),
