@@ -47,8 +47,8 @@ class JobContext:
     queue: str = "default"
     _lease_lost: bool = field(default=False, repr=False)
     _cancel_requested: bool = field(default=False, repr=False)
-    #: The tick of a periodic job, if the worker knows it already (from the
-    #: claimed row's idempotency key); else ``scheduled_at`` reads it once.
+    #: The tick of a periodic job, once known: from ``note_idempotency_key``
+    #: (the worker, from the claimed row) or read by ``scheduled_at`` on first use.
     _scheduled_at: dt.datetime | None = field(default=None, repr=False)
     _scheduled_at_read: bool = field(default=False, repr=False)
 
@@ -67,6 +67,13 @@ class JobContext:
         """True once someone asked to cancel this running job."""
         return self._cancel_requested
 
+    def note_idempotency_key(self, key: str | None) -> None:
+        """Give the context the claimed row's idempotency key, so ``scheduled_at`` needs no query."""
+        from leasejobs.periodic.schedules import tick_of_key
+
+        self._scheduled_at = tick_of_key(key)
+        self._scheduled_at_read = True
+
     @property
     def scheduled_at(self) -> dt.datetime | None:
         """The tick this periodic job is for (aware, UTC), or None for a job no schedule made.
@@ -76,11 +83,9 @@ class JobContext:
         """
         if self._scheduled_at is None and not self._scheduled_at_read:
             from leasejobs.models import Job
-            from leasejobs.periodic.schedules import tick_of_key
 
             key = Job.objects.using(DB_ALIAS).filter(pk=self.job_id).values_list("idempotency_key", flat=True)
-            self._scheduled_at = tick_of_key(next(iter(key), None))
-            self._scheduled_at_read = True
+            self.note_idempotency_key(next(iter(key), None))
         return self._scheduled_at
 
     def mark_lease_lost(self) -> None:

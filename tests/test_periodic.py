@@ -263,7 +263,7 @@ def test_jitter_spreads_run_at_but_the_key_names_the_tick(settings, db):
     assert all(0 <= d < 40 for d in delays) and len(set(delays)) > 1
 
 
-def test_scheduled_at_is_the_tick_and_none_for_other_jobs(settings, db):
+def test_scheduled_at_is_the_tick_and_none_for_other_jobs(settings, db, django_assert_num_queries):
     from leasejobs.context import JobContext
 
     scheduler = scheduler_for(settings)
@@ -273,6 +273,11 @@ def test_scheduled_at_is_the_tick_and_none_for_other_jobs(settings, db):
     assert ctx.scheduled_at == tick_of_key(job.idempotency_key) and ctx.scheduled_at.tzinfo is not None
     plain = add.enqueue(1, 2)
     assert JobContext(job_id=plain.id, attempt=1, worker_id="w").scheduled_at is None
+    # A worker that read the key with the claim hands it over: no query then.
+    told = JobContext(job_id=job.id, attempt=1, worker_id="w")
+    told.note_idempotency_key(job.idempotency_key)
+    with django_assert_num_queries(0):
+        assert told.scheduled_at == ctx.scheduled_at
 
 
 # -- seeing it ----------------------------------------------------------------------------------

@@ -89,9 +89,10 @@ class Scheduler:
                 self._register()
             for schedule in self.schedules.values():
                 state = self._state.get(schedule.name)
-                due = state is not None and state.mine and state.next_due is not None
-                if due and state.next_due <= self.db_now():  # type: ignore[union-attr, operator]
-                    self._tick(schedule, state)  # type: ignore[arg-type]
+                if state is None or not state.mine or state.next_due is None:
+                    continue
+                if state.next_due <= self.db_now():
+                    self._tick(schedule, state)
         except DatabaseError as exc:
             logger.warning(
                 "periodic scheduling failed worker=%s: %s: %s; retrying",
