@@ -297,6 +297,20 @@ def test_leasejobs_periodic_lists_schedules_and_runs_one_now(settings, db):
     assert len(jobs_of()) == 2
     with pytest.raises(CommandError, match="no periodic schedule named 'nope' is declared"):
         call_command("leasejobs_periodic", "--run", "nope")
+    # A schedule the database remembers but this code no longer declares.
+    row = PeriodicSchedule.objects.get(name="minutely")
+    PeriodicSchedule.objects.create(
+        name="gone",
+        task_name=STAMP,
+        cron="0 3 * * *",
+        timezone="UTC",
+        signature="old",
+        declared_at=row.declared_at,
+        last_tick=row.last_tick,
+    )
+    out = StringIO()
+    call_command("leasejobs_periodic", stdout=out)
+    assert "gone\n" in out.getvalue() and "not declared by this code (removed?)" in out.getvalue()
 
 
 def test_the_admin_lists_schedules_with_links_to_their_jobs(settings, admin_client):
