@@ -37,7 +37,7 @@ LOOKAHEAD = dt.timedelta(seconds=1)
 LATEST_CANDIDATES = 3
 #: catch_up="none": a tick later than half its period, and never later than this, is skipped.
 ON_TIME_MAX_SECONDS = 60.0
-#: Longest sleep between two looks, so a changed database clock is noticed.
+#: Longest sleep ``run_due`` asks for, even when the next tick is further away.
 MAX_SLEEP_SECONDS = 60.0
 #: Sleep after a database error before trying again.
 RETRY_SECONDS = 2.0
