@@ -1,7 +1,7 @@
 """leasejobs: a PostgreSQL job queue for Django with leases, heartbeats,
 fencing tokens and idempotent side effects.
 
-``from leasejobs import task, LeaseLost, current_job``. The names that need
+``from leasejobs import task, periodic, LeaseLost, current_job``. The names that need
 models are loaded on first use, so importing the package (as Django does for
 INSTALLED_APPS, before models are ready) has no side effects.
 """
@@ -10,7 +10,7 @@ from typing import Any
 
 from leasejobs.exceptions import LeaseLost
 
-__all__ = ["JobContext", "LeaseLost", "Task", "current_job", "task"]
+__all__ = ["JobContext", "LeaseLost", "Task", "current_job", "periodic", "task"]
 
 _LAZY = {
     "task": "leasejobs.registry",
@@ -21,8 +21,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from importlib import import_module
+    from importlib import import_module
 
+    if name == "periodic":
+        # The subpackage, which is callable as the decorator (see leasejobs.periodic).
+        return import_module("leasejobs.periodic")
+    if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'leasejobs' has no attribute {name!r}")

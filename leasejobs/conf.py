@@ -43,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
     "OPENTELEMETRY": None,
     # The worker's log lines: "text" or "json" (runworker --log-format).
     "LOG_FORMAT": "text",
+    # Periodic schedules of tasks declared elsewhere (see leasejobs.periodic):
+    # a list of dicts with task, cron, timezone, args, kwargs, name, catch_up,
+    # max_catch_up, overlap, jitter_seconds.
+    "PERIODIC": [],
 }
 
 

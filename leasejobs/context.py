@@ -8,6 +8,7 @@ either thread may look at any time, and nobody waits on them (a
 """
 
 import contextvars
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +55,10 @@ class JobContext:
     on_stale_write: "Callable[[JobContext], None] | None" = field(default=None, repr=False)
     _lease_lost: bool = field(default=False, repr=False)
     _cancel_requested: bool = field(default=False, repr=False)
+    #: The tick of a periodic job, once known: from ``note_idempotency_key``
+    #: (the worker, from the claimed row) or read by ``scheduled_at`` on first use.
+    _scheduled_at: dt.datetime | None = field(default=None, repr=False)
+    _scheduled_at_read: bool = field(default=False, repr=False)
 
     @property
     def fencing_token(self) -> int:
@@ -69,6 +74,27 @@ class JobContext:
     def cancel_requested(self) -> bool:
         """True once someone asked to cancel this running job."""
         return self._cancel_requested
+
+    def note_idempotency_key(self, key: str | None) -> None:
+        """Give the context the claimed row's idempotency key, so ``scheduled_at`` needs no query."""
+        from leasejobs.periodic.schedules import tick_of_key
+
+        self._scheduled_at = tick_of_key(key)
+        self._scheduled_at_read = True
+
+    @property
+    def scheduled_at(self) -> dt.datetime | None:
+        """The tick this periodic job is for (aware, UTC), or None for a job no schedule made.
+
+        Named by the job's idempotency key (``periodic:<schedule>:<tick>``);
+        read from the job row on first use unless the worker filled it in.
+        """
+        if self._scheduled_at is None and not self._scheduled_at_read:
+            from leasejobs.models import Job
+
+            key = Job.objects.using(DB_ALIAS).filter(pk=self.job_id).values_list("idempotency_key", flat=True)
+            self.note_idempotency_key(next(iter(key), None))
+        return self._scheduled_at
 
     def mark_lease_lost(self) -> None:
         self._lease_lost = True

@@ -181,3 +181,36 @@ class ChartPoint(models.Model):
                 fields=["chart", "step_seconds", "t", "series"], name="leasejobs_chartpoint_key"
             )
         ]
+
+
+class PeriodicSchedule(models.Model):
+    """The database's memory of one periodic schedule (see ``leasejobs.periodic``).
+
+    ``last_tick`` only ever moves forward, in the same statement that inserts
+    the tick's job: that row, not a leader, is what makes each tick enqueued
+    once. ``signature`` is the definition (task, expression, zone, arguments)
+    the ticks follow, and ``declared_at`` the database time at which the
+    worker that wrote it started: a worker started later with another
+    definition takes the schedule over; one started earlier leaves it alone.
+    A schedule removed from code keeps its row, for the record.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    task_name = models.CharField(max_length=255)
+    cron = models.CharField(max_length=255)
+    timezone = models.CharField(max_length=100)
+    signature = models.CharField(max_length=64, help_text="Hash of task, expression, zone and arguments.")
+    declared_at = models.DateTimeField(help_text="Start of the worker whose definition the ticks follow.")
+    last_tick = models.DateTimeField(help_text="The newest tick decided (enqueued or skipped).")
+    last_job_id = models.BigIntegerField(null=True, blank=True)
+    enqueued = models.BigIntegerField(default=0, help_text="Ticks enqueued as jobs.")
+    skipped = models.BigIntegerField(default=0, help_text="Ticks skipped (overlap, or too late).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "leasejobs_periodic_schedule"
+        verbose_name = "periodic schedule"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cron} {self.timezone})"

@@ -6,6 +6,7 @@ holds it, is it stuck, what has it already done?
 - ``actions``: retry now, cancel, release lease, each fenced on the state the
   operator saw;
 - ``overview``: jobs by queue and status, leases, workers, throughput;
+- ``periodic``: the periodic schedules, with links to their jobs;
 - ``lease``, ``filters``, ``paginator``: the pieces that keep all of it
   correct (database clock) and cheap (no full-table count) on a big table.
 
@@ -14,5 +15,6 @@ See docs/admin.md.
 
 from leasejobs.admin.jobs import JobAdmin, SideEffectAdmin
 from leasejobs.admin.overview import OverviewAdmin
+from leasejobs.admin.periodic import PeriodicScheduleAdmin
 
-__all__ = ["JobAdmin", "OverviewAdmin", "SideEffectAdmin"]
+__all__ = ["JobAdmin", "OverviewAdmin", "PeriodicScheduleAdmin", "SideEffectAdmin"]

@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("leasejobs", "0003_job_runs"),
+        ("leasejobs", "0004_periodicschedule"),
     ]
 
     operations = [

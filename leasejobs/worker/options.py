@@ -25,3 +25,5 @@ class WorkerOptions:
     poll_interval: float | None = None
     #: Most jobs claimed ahead of free runner slots (None: LEASEJOBS["PREFETCH"]).
     prefetch: int | None = None
+    #: Enqueue the jobs of periodic schedules (runworker --no-periodic: False).
+    periodic: bool = True

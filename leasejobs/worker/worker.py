@@ -5,7 +5,9 @@ Threads, each with one owner and its own database connection where it needs one:
 - ``concurrency`` runner threads run bodies (``Runners``);
 - the heartbeat thread keeps leases alive and enforces timeouts (``Heartbeater``);
 - the finisher thread writes outcomes in batches (``Finisher``);
-- the listener thread turns NOTIFY into a wake-up (``listener.listen``).
+- the listener thread turns NOTIFY into a wake-up (``listener.listen``);
+- the periodic thread enqueues the jobs of periodic schedules as their ticks
+  come (``leasejobs.periodic.scheduler``; not with ``--no-periodic``).
 They share one thing, the table of held jobs (``HeldJobs``), which owns
 the lock. A thread that dies of anything but one job's data takes the
 process down with a clear line and a non-zero exit, so a supervisor restarts
@@ -22,6 +24,7 @@ import psycopg
 
 from leasejobs import conf, registry
 from leasejobs.connection import CONNECTION_ERRORS
+from leasejobs.periodic.scheduler import Scheduler
 from leasejobs.store import Outcome, WorkerStore
 from leasejobs.worker import rules
 from leasejobs.worker.claimer import Claimer
@@ -138,6 +141,10 @@ class Worker:
             ),
             "leasejobs-listener",
         )
+        scheduler = Scheduler(self.worker_id) if o.periodic else None
+        periodic = None
+        if scheduler is not None and scheduler.schedules:
+            periodic = self._start(lambda: self._run_schedules(scheduler), "leasejobs-periodic")
         self._start(self.heartbeater.run, "leasejobs-heartbeat")
         finisher = self._start(self.finisher.run, "leasejobs-finisher")
         for i in range(o.concurrency):
@@ -153,6 +160,8 @@ class Worker:
             self._give_back(self.held.give_back())
             self.heartbeater.stop()
             self._done.set()
+            if periodic is not None:
+                periodic.join(timeout=5)  # it closes its connection and logs its figures
             self._forget_me()
             self.store.close()
             self.shutdown.stopped()
@@ -176,6 +185,15 @@ class Worker:
                 os._exit(THREAD_DIED_EXIT)
 
         return run
+
+    def _run_schedules(self, scheduler: Scheduler) -> None:
+        """Enqueue periodic jobs as their ticks come, until the worker stops claiming."""
+        try:
+            while not self.shutdown.requested.is_set() and not self._done.is_set():
+                # At most a second asleep: --burst and --max-jobs end without a stop request.
+                self.shutdown.requested.wait(min(1.0, scheduler.run_due()))
+        finally:
+            scheduler.close()
 
     def _warn_clamped_heartbeats(self) -> None:
         option = self.options.heartbeat_seconds

@@ -222,3 +222,10 @@ def fails_first_run(ctx):
     if first:
         raise ValueError("the first run fails")
     return ctx.attempt
+
+
+@task(takes_context=True)
+def stamp(ctx, seconds=0.0):
+    """A periodic test job: returns the tick it was for (after ``seconds`` of work)."""
+    time.sleep(seconds)
+    return ctx.scheduled_at.isoformat() if ctx.scheduled_at else None

@@ -98,6 +98,13 @@ class Command(BaseCommand):
             help="One line of text or one JSON object per event (default LEASEJOBS['LOG_FORMAT']).",
         )
 
+        parser.add_argument(
+            "--no-periodic",
+            action="store_true",
+            help="Never enqueue periodic jobs from this worker (by default every worker does, "
+            "and each tick is still enqueued once).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         worker_options = self._worker_options(options)
         log_format = options["log_format"] or conf.get("LOG_FORMAT")
@@ -137,6 +144,7 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             grace_seconds=options["grace"],
             prefetch=options["prefetch"],
+            periodic=not options["no_periodic"],
         )
         if worker_id:
             result.worker_id = worker_id
