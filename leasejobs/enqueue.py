@@ -39,6 +39,8 @@ class JobSpec:
     run_at: dt.datetime | None
     delay: float
     idempotency_key: str | None
+    #: A ``using(retry=...)`` policy (``RetryPolicy.to_json``), or None.
+    retry_policy: dict[str, Any] | None = None
 
 
 def encode_json(value: Any, what: str) -> str:
@@ -75,6 +77,7 @@ def build(
     run_at: dt.datetime | None = None,
     delay: float | dt.timedelta | None = None,
     idempotency_key: str | None = None,
+    retry_policy: dict[str, Any] | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
     args_json, kwargs_json = _payload(task_name, args, kwargs)
@@ -112,6 +115,7 @@ def build(
         run_at=run_at,
         delay=float(seconds),
         idempotency_key=idempotency_key,
+        retry_policy=retry_policy,
     )
 
 
@@ -164,6 +168,8 @@ def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetim
         "created_at": created_at,
         "started_at": None,
         "finished_at": None,
+        "snoozes": 0,
+        "retry_policy": spec.retry_policy,
     }
     return Job.from_db(DB_ALIAS, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
@@ -187,6 +193,7 @@ def insert(spec: JobSpec) -> Job:
                 "run_at": spec.run_at,
                 "delay": spec.delay,
                 "idempotency_key": spec.idempotency_key,
+                "retry_policy": None if spec.retry_policy is None else json.dumps(spec.retry_policy),
                 "channel": conf.get("NOTIFY_CHANNEL"),
             },
         )
@@ -218,6 +225,9 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
                 "run_ats": [s.run_at for s in specs],
                 "delays": [s.delay for s in specs],
                 "idempotency_keys": [s.idempotency_key for s in specs],
+                "retry_policies": [
+                    None if s.retry_policy is None else json.dumps(s.retry_policy) for s in specs
+                ],
                 "channel": conf.get("NOTIFY_CHANNEL"),
             },
         )

@@ -53,6 +53,14 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True, help_text="When the latest attempt was claimed.")
     finished_at = models.DateTimeField(null=True, blank=True)
+    snoozes = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="Times the body raised Snooze; those claims do not count toward max_attempts.",
+    )
+    retry_policy = models.JSONField(
+        null=True, blank=True, help_text="A retry policy given with .using(retry=...); else the task's."
+    )
 
     class Meta:
         db_table = "leasejobs_job"

@@ -37,13 +37,13 @@ WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at
+        errors, worker_ids, created_at, snoozes, retry_policy
     )
     VALUES (
         %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
         'queued', 0, %(max_attempts)s,
         COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-        '', false, %(idempotency_key)s, '', '[]', '[]', now()
+        '', false, %(idempotency_key)s, '', '[]', '[]', now(), 0, %(retry_policy)s::jsonb
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, run_at, created_at
@@ -62,18 +62,19 @@ WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at
+        errors, worker_ids, created_at, snoozes, retry_policy
     )
     SELECT r.task_name, r.queue, r.priority, r.args::jsonb, r.kwargs::jsonb,
            'queued', 0, r.max_attempts,
            COALESCE(r.run_at, now() + make_interval(secs => r.delay)),
-           '', false, r.idempotency_key, '', '[]', '[]', now()
+           '', false, r.idempotency_key, '', '[]', '[]', now(), 0, r.retry_policy::jsonb
     FROM unnest(
         %(task_names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
         %(args)s::text[], %(kwargs)s::text[], %(max_attempts)s::int[],
-        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(idempotency_keys)s::text[]
+        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(idempotency_keys)s::text[],
+        %(retry_policies)s::text[]
     ) WITH ORDINALITY AS r(task_name, queue, priority, args, kwargs, max_attempts,
-                           run_at, delay, idempotency_key, ord)
+                           run_at, delay, idempotency_key, retry_policy, ord)
     ORDER BY r.ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key, queue, run_at, created_at
@@ -102,7 +103,8 @@ ORDER BY i.id
 #: database clock; a task's own lease (``task_leases``, a JSON object of task
 #: name to seconds) wins over the worker's. A running job whose lease expired
 #: with no attempts left is not run again: it is failed here, so a job that
-#: kills its worker every time cannot loop forever. Those rows come back with
+#: kills its worker every time cannot loop forever. Attempts that ended in a
+#: snooze do not count: the attempts used are ``attempt - snoozes``. Those rows come back with
 #: ``exhausted`` true and the worker only logs them.
 #:
 #: The rows come back in claim order (an UPDATE's RETURNING has none), so a
@@ -112,7 +114,7 @@ ORDER BY i.id
 #: whatever the table's statistics say (see ``Worker.__init__``).
 CLAIM = """
 WITH picked AS (
-    SELECT id, (status = 'running' AND attempt >= max_attempts) AS exhausted
+    SELECT id, (status = 'running' AND attempt - snoozes >= max_attempts) AS exhausted
     FROM leasejobs_job
     WHERE status IN ('queued', 'running')
       AND ((status = 'queued' AND run_at <= now())
@@ -137,16 +139,17 @@ claimed AS (
         worker_ids   = CASE WHEN p.exhausted THEN j.worker_ids
                             ELSE j.worker_ids || to_jsonb(%(worker_id)s::text) END,
         last_error   = CASE WHEN p.exhausted
-                            THEN 'lease expired on the last attempt (' || j.attempt || ' of '
+                            THEN 'lease expired on the last attempt (' || (j.attempt - j.snoozes) || ' of '
                                  || j.max_attempts || '): worker ' || j.leased_by
                                  || ' stopped heartbeating'
                             ELSE j.last_error END
     FROM picked AS p
     WHERE j.id = p.id
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.max_attempts,
-              j.queue, p.exhausted, j.last_error, j.priority, j.run_at
+              j.queue, p.exhausted, j.last_error, j.priority, j.run_at, j.snoozes, j.retry_policy
 )
-SELECT id, task_name, args, kwargs, attempt, max_attempts, queue, exhausted, last_error
+SELECT id, task_name, args, kwargs, attempt, max_attempts, queue, exhausted, last_error,
+       snoozes, retry_policy
 FROM claimed
 ORDER BY priority DESC, run_at, id
 """
@@ -203,7 +206,10 @@ LEFT JOIN LATERAL (
 
 #: Write the outcome of many attempts in one statement: done, retry (back to
 #: queued, due after ``retry_delay`` seconds of database time), failed or
-#: cancelled. Each row is written only while the attempt still holds the job
+#: cancelled. A snooze is a retry with ``snoozed`` true: queued, due after
+#: its delay, ``snoozes`` + 1 (so the claim does not count toward
+#: ``max_attempts``: attempts used are ``attempt - snoozes``), and no error
+#: entry. Each row is written only while the attempt still holds the job
 #: (id AND attempt AND running). Returns ``(id, written)``: written true for
 #: the rows written; false for a row that is still this attempt's but locked
 #: by another transaction right now (skipped, not waited for, like the
@@ -216,8 +222,8 @@ WITH outcome AS (
     FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(statuses)s::text[],
         %(results)s::jsonb[], %(last_errors)s::text[], %(error_entries)s::jsonb[],
-        %(retry_delays)s::float8[]
-    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay)
+        %(retry_delays)s::float8[], %(snoozed)s::boolean[]
+    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay, snoozed)
 ),
 locked AS (
     SELECT l.id
@@ -238,7 +244,8 @@ written AS (
         run_at      = CASE WHEN o.status = 'queued'
                            THEN now() + make_interval(secs => o.retry_delay) ELSE j.run_at END,
         finished_at = CASE WHEN o.status = 'queued' THEN NULL ELSE now() END,
-        lease_until = NULL
+        lease_until = NULL,
+        snoozes     = j.snoozes + CASE WHEN o.snoozed THEN 1 ELSE 0 END
     FROM locked AS l
     JOIN outcome AS o ON o.id = l.id
     WHERE j.id = l.id
@@ -335,15 +342,15 @@ RETURNING j.id, j.attempt, j.leased_by, s.status
 """
 
 #: Retry now: a failed or cancelled job is queued again, due now, with room
-#: for one more attempt (``max_attempts`` raised to at least attempt + 1; the
-#: attempt itself is never lowered); a queued job scheduled for later becomes
-#: due now. NOTIFY on commit wakes the workers of those queues.
+#: for one more attempt (``max_attempts`` raised to at least the attempts used
+#: + 1, snoozed claims not counted; the attempt itself is never lowered); a
+#: queued job scheduled for later becomes due now. NOTIFY on commit wakes the workers of those queues.
 ADMIN_RETRY = """
 WITH retried AS (
     UPDATE leasejobs_job AS j SET
         status           = 'queued',
         run_at           = CASE WHEN j.status = 'queued' THEN LEAST(j.run_at, now()) ELSE now() END,
-        max_attempts     = GREATEST(j.max_attempts, j.attempt + 1),
+        max_attempts     = GREATEST(j.max_attempts, j.attempt - j.snoozes + 1),
         finished_at      = NULL,
         lease_until      = NULL,
         cancel_requested = false
