@@ -27,7 +27,6 @@ import asyncio
 import inspect
 import logging
 import os
-import random
 import secrets
 import socket
 import threading
@@ -42,7 +41,7 @@ import psycopg
 from django.db import connections
 from psycopg.types.json import Jsonb
 
-from leasejobs import conf, registry, sql
+from leasejobs import conf, registry, retry, sql
 from leasejobs.connection import CONNECTION_ERRORS, WorkerConnection
 from leasejobs.context import JobContext, activate, deactivate
 from leasejobs.enqueue import encode_json
@@ -80,18 +79,6 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def retry_delay(attempt: int) -> float:
-    """Exponential backoff with jitter for the retry after failed ``attempt``.
-
-    base * 2**(attempt-1), capped, then a random point in its upper half, so
-    a burst of failures does not come back as a burst of retries.
-    """
-    base = float(conf.get("RETRY_BACKOFF_SECONDS"))
-    cap = float(conf.get("RETRY_BACKOFF_MAX_SECONDS"))
-    delay = min(cap, base * 2 ** max(0, attempt - 1))
-    return random.uniform(delay / 2, delay)
-
-
 @dataclass
 class WorkerOptions:
     queues: list[str] | None = None
@@ -112,11 +99,45 @@ class WorkerOptions:
 class Outcome:
     """The result of one attempt, waiting to be written by the finisher."""
 
-    status: str  # done, queued (retry), failed or cancelled
+    status: str  # done, queued (retry or snooze), failed or cancelled
     result: Any = None
     last_error: str | None = None
     error_entry: dict[str, Any] | None = None
     retry_delay: float | None = None
+    snoozed: bool = False  # queued by Snooze: snoozes + 1, not counted as an attempt
+
+
+def failure_outcome(
+    exc: BaseException,
+    *,
+    attempt: int,
+    snoozes: int,
+    max_attempts: int,
+    policy: "retry.RetryPolicy | None",
+    worker_id: str,
+    cancel_requested: bool = False,
+) -> Outcome:
+    """The outcome of an attempt whose body raised ``exc`` (see ``retry.decide``).
+
+    A cancel requested while it ran ends it cancelled. A snooze adds no
+    error entry: it is not a failure.
+    """
+    last_line = traceback.format_exception_only(exc)[-1].strip()
+    entry = {
+        "attempt": attempt,
+        "worker_id": worker_id,
+        "exception_class": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+    if cancel_requested:
+        return Outcome(status="cancelled", last_error=last_line, error_entry=entry)
+    # Claims that ended in a snooze do not count: attempts used = attempt - snoozes.
+    decision = retry.decide(policy, exc, attempt - snoozes, max_attempts, snoozes)
+    if decision.action == "snooze":
+        return Outcome(status="queued", retry_delay=decision.delay, snoozed=True)
+    if decision.action == "retry":
+        return Outcome(status="queued", last_error=last_line, error_entry=entry, retry_delay=decision.delay)
+    return Outcome(status="failed", last_error=decision.reason or last_line, error_entry=entry)
 
 
 @dataclass(slots=True)
@@ -132,6 +153,8 @@ class HeldJob:
     task: "registry.Task | None"
     lease_seconds: float
     ctx: JobContext
+    snoozes: int = 0  # claims of this job that ended in a snooze
+    retry_policy: "retry.RetryPolicy | None" = None  # the row's, else the task's
     deadline: float | None = None  # monotonic time past which it times out
     settled: bool = False  # an outcome was decided (or dropped); only once
     finish_skipped: bool = False  # its finish met its row locked (logged once)
@@ -166,7 +189,7 @@ class Worker:
         self._stopping = threading.Event()
         self._done = threading.Event()  # set when the finisher may stop
         self._grace_deadline: float | None = None
-        self.counts = {"claimed": 0, "done": 0, "retried": 0, "failed": 0, "lost_leases": 0}
+        self.counts = {"claimed": 0, "done": 0, "retried": 0, "snoozed": 0, "failed": 0, "lost_leases": 0}
         self._is_async: dict[str, bool] = {}
         # Claims and finishes skip locked rows; a lock on the whole table (a
         # migration's ALTER TABLE) must not wedge them either: they give up
@@ -332,7 +355,19 @@ class Worker:
             },
         )
         claimed: list[HeldJob] = []
-        for job_id, task_name, args, kwargs, attempt, max_attempts, queue_name, exhausted, error in rows:
+        for (
+            job_id,
+            task_name,
+            args,
+            kwargs,
+            attempt,
+            max_attempts,
+            queue_name,
+            exhausted,
+            error,
+            snoozes,
+            stored_policy,
+        ) in rows:
             if exhausted:
                 self.counts["failed"] += 1
                 logger.error(
@@ -354,6 +389,8 @@ class Worker:
                     args=args,
                     kwargs=kwargs,
                     task=task,
+                    snoozes=snoozes,
+                    retry_policy=retry.policy_for(task.retry if task else None, stored_policy),
                     lease_seconds=float(
                         task.lease_seconds if task and task.lease_seconds else self.lease_seconds
                     ),
@@ -476,24 +513,16 @@ class Worker:
             )
 
     def _failure(self, held: HeldJob, exc: BaseException) -> Outcome:
-        """Retry with backoff while attempts remain, else fail; a cancel ends it."""
-        last_line = traceback.format_exception_only(exc)[-1].strip()
-        entry = {
-            "attempt": held.attempt,
-            "worker_id": self.worker_id,
-            "exception_class": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            "traceback": "".join(traceback.format_exception(exc)),
-        }
-        if held.ctx.cancel_requested:
-            return Outcome(status="cancelled", last_error=last_line, error_entry=entry)
-        if held.attempt < held.max_attempts:
-            return Outcome(
-                status="queued",
-                last_error=last_line,
-                error_entry=entry,
-                retry_delay=retry_delay(held.attempt),
-            )
-        return Outcome(status="failed", last_error=last_line, error_entry=entry)
+        """Retry, fail, snooze or discard by the job's retry policy; a cancel ends it."""
+        return failure_outcome(
+            exc,
+            attempt=held.attempt,
+            snoozes=held.snoozes,
+            max_attempts=held.max_attempts,
+            policy=held.retry_policy,
+            worker_id=self.worker_id,
+            cancel_requested=held.ctx.cancel_requested,
+        )
 
     def _settle(self, held: HeldJob, outcome: Outcome) -> bool:
         """Hand the attempt's one outcome to the finisher (False if already settled)."""
@@ -582,6 +611,7 @@ class Worker:
                 "last_errors": [o.last_error for _, o in batch],
                 "error_entries": [None if o.error_entry is None else Jsonb(o.error_entry) for _, o in batch],
                 "retry_delays": [o.retry_delay for _, o in batch],
+                "snoozed": [o.snoozed for _, o in batch],
             },
         )
         written = {job_id for job_id, ok in rows if ok}
@@ -621,7 +651,10 @@ class Worker:
 
     def _log_outcome(self, held: HeldJob, outcome: Outcome) -> None:
         ids = (held.id, held.attempt, self.worker_id)
-        if outcome.status == "queued":
+        if outcome.snoozed:
+            self.counts["snoozed"] += 1
+            logger.info("snoozed job=%s attempt=%s worker=%s for %.1fs", *ids, outcome.retry_delay)
+        elif outcome.status == "queued":
             self.counts["retried"] += 1
             logger.warning(
                 "retry job=%s attempt=%s worker=%s in %.1fs: %s",
@@ -664,26 +697,25 @@ class Worker:
             if h.deadline is None or h.deadline < 0 or now < h.deadline or h.settled:
                 continue
             assert h.task is not None
-            error = f"TimeoutError: job ran past its timeout of {h.task.timeout_seconds} s"
-            entry = {
-                "attempt": h.attempt,
-                "worker_id": self.worker_id,
-                "exception_class": "builtins.TimeoutError",
-                "traceback": error,
-            }
-            final = h.attempt >= h.max_attempts
-            outcome = Outcome(
-                status="failed" if final else "queued",
-                last_error=error,
-                error_entry=entry,
-                retry_delay=None if final else retry_delay(h.attempt),
+            error = TimeoutError(f"job ran past its timeout of {h.task.timeout_seconds} s")
+            outcome = failure_outcome(
+                error,
+                attempt=h.attempt,
+                snoozes=h.snoozes,
+                max_attempts=h.max_attempts,
+                policy=h.retry_policy,
+                worker_id=self.worker_id,
             )
             if self._settle(h, outcome):
                 h.deadline = -1
                 # The body may go on, but its writes are fenced off from now.
                 h.ctx.mark_lease_lost()
                 logger.warning(
-                    "timeout job=%s attempt=%s worker=%s: %s", h.id, h.attempt, self.worker_id, error
+                    "timeout job=%s attempt=%s worker=%s: %s",
+                    h.id,
+                    h.attempt,
+                    self.worker_id,
+                    outcome.last_error,
                 )
 
     def _beat(self, held: list[HeldJob]) -> None:

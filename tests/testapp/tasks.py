@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from leasejobs import current_job, task
+from leasejobs import Discard, RetryPolicy, Snooze, current_job, task
 from tests.testapp.models import BodyRun, Sent
 
 
@@ -104,3 +104,52 @@ def until_cancelled(ctx, seconds):
     while time.monotonic() < deadline and not ctx.cancel_requested:
         time.sleep(0.05)
     return "stopped" if ctx.cancel_requested else "finished"
+
+
+# -- retry policies, Snooze and Discard (tests/test_retry_policies.py) ---------
+
+FAST_FIXED = RetryPolicy(fail_on=(KeyError,), backoff="fixed", base_seconds=0.05, jitter=0)
+
+
+@task(max_attempts=4, retry=FAST_FIXED)
+def picky(exc_name):
+    """Fails with the named exception every time: KeyError fails at once, others retry."""
+    _record_run()
+    raise {"KeyError": KeyError, "ValueError": ValueError}[exc_name]("picky")
+
+
+@task(takes_context=True, max_attempts=2)
+def snoozy(ctx, times, seconds=0.05):
+    """Snoozes ``times`` times, then finishes with the claim count it reached."""
+    _record_run()
+    if ctx.attempt <= times:
+        raise Snooze(seconds)
+    return ctx.attempt
+
+
+@task
+def hopeless(reason):
+    _record_run()
+    raise Discard(reason)
+
+
+@task(takes_context=True)
+def stale_snooze(ctx, first_attempt_seconds, later_attempt_seconds=0.0):
+    """Attempt 1 sleeps past its lease, then snoozes (stale by then); later attempts finish."""
+    _record_run()
+    if ctx.attempt == 1:
+        time.sleep(first_attempt_seconds)
+        raise Snooze(600)
+    time.sleep(later_attempt_seconds)
+    return ctx.attempt
+
+
+@task(takes_context=True)
+def stale_discard(ctx, first_attempt_seconds, later_attempt_seconds=0.0):
+    """Attempt 1 sleeps past its lease, then discards (stale by then); later attempts finish."""
+    _record_run()
+    if ctx.attempt == 1:
+        time.sleep(first_attempt_seconds)
+        raise Discard("attempt 1 gave up")
+    time.sleep(later_attempt_seconds)
+    return ctx.attempt
