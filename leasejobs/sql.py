@@ -107,6 +107,8 @@ ORDER BY i.id
 #: snooze do not count: the attempts used are ``attempt - snoozes``. Those rows come back with
 #: ``exhausted`` true and the worker only logs them.
 #:
+#: ``job_id`` (None for workers) claims that one job only: ``leasejobs.testing.run_job``.
+#:
 #: The rows come back in claim order (an UPDATE's RETURNING has none), so a
 #: worker that claims many at once still starts them in priority order. The
 #: worker's claim connection turns sequential and bitmap scans off, so this
@@ -120,6 +122,7 @@ WITH picked AS (
       AND ((status = 'queued' AND run_at <= now())
            OR (status = 'running' AND lease_until < now()))
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
