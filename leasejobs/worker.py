@@ -352,6 +352,7 @@ class Worker:
                 "lease_seconds": self.lease_seconds,
                 "task_leases": Jsonb(self.task_leases),
                 "worker_id": self.worker_id,
+                "job_id": None,
             },
         )
         claimed: list[HeldJob] = []
