@@ -153,3 +153,28 @@ def stale_discard(ctx, first_attempt_seconds, later_attempt_seconds=0.0):
         raise Discard("attempt 1 gave up")
     time.sleep(later_attempt_seconds)
     return ctx.attempt
+
+
+# -- leasejobs.testing (tests/test_testing.py) ----------------------------------
+
+
+@task
+def kinds(*args, **kwargs):
+    """The Python types the body got: what JSON made of the caller's values."""
+    return [type(a).__name__ for a in args] + [f"{k}:{type(v).__name__}" for k, v in sorted(kwargs.items())]
+
+
+@task(queue="spawn")
+def spawner(n):
+    """Enqueues its follow-up: run_jobs(until_empty=True) runs both."""
+    record.using(queue="spawn").enqueue(n + 1)
+    return n
+
+
+@task
+def breaks_its_transaction():
+    """A body whose statement fails: the test's transaction must stay usable."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1/0")

@@ -1,0 +1,310 @@
+"""Helpers for testing your own code that enqueues and runs jobs.
+
+- ``enqueued_jobs``, ``assert_enqueued``, ``assert_not_enqueued``: what your
+  code put in the queue (queued jobs, due now or later).
+- ``run_jobs`` and ``run_job``: run due jobs in the test's own process,
+  through the worker's real claim statement, the real side-effect fence and
+  the real finish statement, on Django's connection. Arguments come back
+  from the database as JSON, exactly as a worker gets them: there is no
+  "eager" mode, so a body that only works with the caller's Python objects
+  fails here as it would in production.
+
+They work inside a pytest-django ``db`` test (or a ``django.test.TestCase``):
+everything, claims and finishes included, happens in the test's transaction
+and is rolled back with it. In such a transaction ``now()`` stands still, so
+a retry with a backoff is not due again within the test; ``run_job(id)``
+runs it anyway. With pytest, the ``job_queue`` fixture (from the plugin in
+``leasejobs.pytest_plugin``, registered on install) is this module with the
+test database enabled.
+"""
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import DateTimeField, Func
+from psycopg.pq import TransactionStatus
+from psycopg.types.json import Jsonb
+
+from leasejobs import conf, sql
+
+logger = logging.getLogger("leasejobs.testing")
+
+#: The worker id the jobs run by these helpers are claimed under.
+WORKER_ID = "leasejobs.testing"
+
+#: Django 6.1 renamed ``transaction.savepoint`` (5.2 and 6.0 have only that name).
+_SAVEPOINT = getattr(transaction, "savepoint_create", None) or transaction.savepoint
+
+#: ``run_jobs(until_empty=True)`` gives up after this many jobs: a queue that
+#: never empties is a job that enqueues itself (or a Snooze(0) loop).
+MAX_RUNS = 1000
+
+
+@dataclass(frozen=True)
+class RanJob:
+    """One attempt run by ``run_jobs``/``run_job``, and what became of it.
+
+    ``outcome``: ``done``, ``retry`` (queued again after a failure),
+    ``snoozed``, ``failed`` (retries used up, not retried by the policy, or
+    a ``Discard``), ``cancelled``, or ``lost`` (the attempt no longer held
+    the job: nothing was written). ``error`` is the line stored as the job's
+    ``last_error``; ``exception`` what the body raised, to re-raise it in a
+    test that wants its traceback.
+    """
+
+    id: int
+    task_name: str
+    attempt: int
+    outcome: str
+    result: Any = None
+    error: str | None = None
+    exception: BaseException | None = None
+
+
+def _task_name(task: Any) -> str:
+    return task if isinstance(task, str) else task.name
+
+
+def enqueued_jobs(task: Any = None, queue: str | None = None) -> list[Any]:
+    """The queued jobs (due now or later), oldest first; of one task and/or queue.
+
+    ``task`` is a task or its name.
+    """
+    from leasejobs.models import Job
+
+    jobs = Job.objects.filter(status=Job.Status.QUEUED)
+    if task is not None:
+        jobs = jobs.filter(task_name=_task_name(task))
+    if queue is not None:
+        jobs = jobs.filter(queue=queue)
+    return list(jobs.order_by("id"))
+
+
+def _as_json(value: Any, what: str) -> Any:
+    """``value`` as a job row holds it (tuples become lists...)."""
+    from leasejobs.enqueue import encode_json
+
+    return json.loads(encode_json(value, what))
+
+
+def _matching(
+    task: Any, args: Iterable[Any] | None, kwargs: dict[str, Any] | None, queue: str | None
+) -> list[Any]:
+    want_args = None if args is None else _as_json(list(args), "args")
+    want_kwargs = None if kwargs is None else _as_json(dict(kwargs), "kwargs")
+    return [
+        job
+        for job in enqueued_jobs(task, queue)
+        if (want_args is None or job.args == want_args) and (want_kwargs is None or job.kwargs == want_kwargs)
+    ]
+
+
+def _describe(task: Any, args: Any, kwargs: Any, queue: str | None) -> str:
+    parts = [_task_name(task)]
+    if args is not None:
+        parts.append(f"args={list(args)!r}")
+    if kwargs is not None:
+        parts.append(f"kwargs={dict(kwargs)!r}")
+    if queue is not None:
+        parts.append(f"queue={queue!r}")
+    return " ".join(parts)
+
+
+def assert_enqueued(
+    task: Any,
+    args: Iterable[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    queue: str | None = None,
+) -> Any:
+    """Fail unless a queued job of ``task`` has these arguments (None: any); return it.
+
+    The expected arguments go through JSON first, as the enqueued ones did.
+    """
+    found = _matching(task, args, kwargs, queue)
+    if not found:
+        queued = [
+            f"{j.task_name}(args={j.args!r}, kwargs={j.kwargs!r}, queue={j.queue!r})" for j in enqueued_jobs()
+        ]
+        raise AssertionError(
+            f"no queued job {_describe(task, args, kwargs, queue)}; queued: {', '.join(queued) or 'none'}"
+        )
+    return found[0]
+
+
+def assert_not_enqueued(
+    task: Any,
+    args: Iterable[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    queue: str | None = None,
+) -> None:
+    """Fail if a queued job of ``task`` has these arguments (None: any)."""
+    found = _matching(task, args, kwargs, queue)
+    if found:
+        raise AssertionError(
+            f"{len(found)} queued job(s) {_describe(task, args, kwargs, queue)}: ids {[j.id for j in found]}"
+        )
+
+
+def run_jobs(queue: str | Iterable[str] | None = None, until_empty: bool = True) -> list[RanJob]:
+    """Run the due jobs (of ``queue``: a name or several) in this process; return what ran.
+
+    One claim, body and finish per job, in claim order (priority, then due
+    time, then id). ``until_empty`` goes on with the jobs that become due
+    meanwhile (the ones the bodies enqueue, retries without backoff) until
+    none is left; else each job due at the call runs once.
+    """
+    queues = [queue] if isinstance(queue, str) else (None if queue is None else list(queue))
+    ran: list[RanJob] = []
+    if not until_empty:
+        for row in _claim(queues, limit=MAX_RUNS):
+            ran.append(_run(row))
+        return ran
+    while rows := _claim(queues, limit=1):
+        if len(ran) >= MAX_RUNS:
+            raise RuntimeError(
+                f"run_jobs ran {MAX_RUNS} jobs and the queue is still not empty: a job enqueues itself "
+                "or snoozes for 0 seconds; use run_jobs(until_empty=False)."
+            )
+        ran.append(_run(rows[0]))
+    return ran
+
+
+def run_job(job_id: int) -> RanJob:
+    """Run the queued job ``job_id`` now, even if it is scheduled later (a delay, a backoff)."""
+    from leasejobs.models import Job
+
+    # now(), the claim's clock: the transaction's start, not Django's Now()
+    # (the statement's), which inside a test transaction is later.
+    now = Func(template="now()", output_field=DateTimeField())
+    made_due = Job.objects.filter(pk=job_id, status=Job.Status.QUEUED).update(run_at=now)
+    rows = _claim(None, limit=1, job_id=job_id) if made_due else []
+    if not rows:
+        status = Job.objects.filter(pk=job_id).values_list("status", flat=True).first()
+        raise ValueError(f"job {job_id} cannot run: it is {status or 'not in the table'}, not queued.")
+    return _run(rows[0])
+
+
+def _claim(queues: list[str] | None, limit: int, job_id: int | None = None) -> list[tuple]:
+    """The worker's claim statement, on Django's connection."""
+    from leasejobs import registry
+
+    task_leases = {name: t.lease_seconds for name, t in registry.all_tasks().items() if t.lease_seconds}
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            sql.CLAIM,
+            {
+                "queues": queues,
+                "limit": limit,
+                "lease_seconds": float(conf.get("LEASE_SECONDS")),
+                "task_leases": Jsonb(task_leases),
+                "worker_id": WORKER_ID,
+                "job_id": job_id,
+            },
+        )
+        return cursor.fetchall()
+
+
+def _finish(job_id: int, attempt: int, outcome: Any) -> bool:
+    """The worker's finish statement for one outcome, on Django's connection; False if stale."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            sql.FINISH,
+            {
+                "ids": [job_id],
+                "attempts": [attempt],
+                "statuses": [outcome.status],
+                "results": [None if outcome.result is None else Jsonb(outcome.result)],
+                "last_errors": [outcome.last_error],
+                "error_entries": [None if outcome.error_entry is None else Jsonb(outcome.error_entry)],
+                "retry_delays": [outcome.retry_delay],
+                "snoozed": [outcome.snoozed],
+            },
+        )
+        return any(written for _, written in cursor.fetchall())
+
+
+def _loaded(value: Any) -> Any:
+    """A JSON column as the worker gets it (Django's connection may hand back text)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _call(task: Any, ctx: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """The body, with its context active, as a runner calls it (async bodies too)."""
+    from leasejobs.context import activate, deactivate
+    from leasejobs.enqueue import encode_json
+
+    token = activate(ctx)
+    try:
+        result = task.func(*([ctx, *args] if task.takes_context else args), **kwargs)
+        if inspect.iscoroutine(result):
+            result = asyncio.run(result)
+    finally:
+        deactivate(token)
+    if result is not None:
+        encode_json(result, f"the return value of {task.name}")
+    return result
+
+
+def _run(row: tuple) -> RanJob:
+    """Run one claimed job's body and write its outcome, as a worker's runner does."""
+    from leasejobs import registry
+    from leasejobs.context import JobContext
+    from leasejobs.exceptions import LeaseLost
+    from leasejobs.retry import policy_for
+    from leasejobs.worker import Outcome, failure_outcome
+
+    job_id, task_name, args, kwargs, attempt, max_attempts, queue, exhausted, error, snoozes, stored = row
+    if exhausted:
+        return RanJob(job_id, task_name, attempt, "failed", error=error)
+    task = registry.get(task_name)
+    ctx = JobContext(job_id=job_id, attempt=attempt, worker_id=WORKER_ID, task_name=task_name, queue=queue)
+    raised: Exception | None = None
+    savepoint = _SAVEPOINT() if connections["default"].in_atomic_block else None
+    try:
+        if task is None:
+            raise LookupError(f"unknown task {task_name!r}: no @task of that name is imported")
+        result = _call(task, ctx, _loaded(args), _loaded(kwargs))
+    except LeaseLost as exc:
+        _end_savepoint(savepoint)
+        return RanJob(job_id, task_name, attempt, "lost", error=str(exc), exception=exc)
+    except Exception as exc:  # what a worker catches; pytest's own exceptions pass through
+        raised = exc
+        outcome = failure_outcome(
+            exc,
+            attempt=attempt,
+            snoozes=snoozes,
+            max_attempts=max_attempts,
+            policy=policy_for(task.retry if task else None, _loaded(stored)),
+            worker_id=WORKER_ID,
+            cancel_requested=ctx.cancel_requested,
+        )
+    else:
+        outcome = Outcome(status="cancelled" if ctx.cancel_requested else "done", result=result)
+    _end_savepoint(savepoint)
+    if not _finish(job_id, attempt, outcome):
+        return RanJob(job_id, task_name, attempt, "lost", error="the job moved on: nothing written")
+    name = "snoozed" if outcome.snoozed else ("retry" if outcome.status == "queued" else outcome.status)
+    logger.info("%s job=%s attempt=%s worker=%s", name, job_id, attempt, WORKER_ID)
+    return RanJob(job_id, task_name, attempt, name, outcome.result, outcome.last_error, raised)
+
+
+def _end_savepoint(savepoint: str | None) -> None:
+    """Keep a body's writes, as autocommit would; roll back to before it only if
+    it left the transaction aborted (a failed statement), so the test goes on."""
+    if savepoint is None:
+        return
+    connection = connections["default"]
+    raw = connection.connection
+    if connection.needs_rollback or (
+        raw is not None and raw.info.transaction_status == TransactionStatus.INERROR
+    ):
+        connection.needs_rollback = False
+        transaction.savepoint_rollback(savepoint)
+    else:
+        transaction.savepoint_commit(savepoint)
