@@ -698,14 +698,8 @@ class Worker:
             if h.deadline is None or h.deadline < 0 or now < h.deadline or h.settled:
                 continue
             assert h.task is not None
-            error = TimeoutError(f"job ran past its timeout of {h.task.timeout_seconds} s")
-            outcome = failure_outcome(
-                error,
-                attempt=h.attempt,
-                snoozes=h.snoozes,
-                max_attempts=h.max_attempts,
-                policy=h.retry_policy,
-                worker_id=self.worker_id,
+            outcome = self._failure(
+                h, TimeoutError(f"job ran past its timeout of {h.task.timeout_seconds} s")
             )
             if self._settle(h, outcome):
                 h.deadline = -1
