@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from leasejobs import registry
+from leasejobs import registry, retry
 from leasejobs.context import JobContext
 from leasejobs.enqueue import DB_ALIAS
 from leasejobs.exceptions import LeaseLost
@@ -152,7 +152,10 @@ def _run(task: "Task", ctx: JobContext, args: Sequence[Any], kwargs: dict[str, A
     except LeaseLost:
         raise
     except BaseException as exc:
-        final = ctx.cancel_requested or ctx.attempt >= job.max_attempts
+        # The worker's own decision (leasejobs.retry), so the signal says what it will write.
+        policy = retry.policy_for(None, job.retry_policy)
+        decision = retry.decide(policy, exc, ctx.attempt - job.snoozes, job.max_attempts, job.snoozes)
+        final = ctx.cancel_requested or decision.action in ("fail", "discard")
         result.errors.append(
             TaskError(
                 exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
