@@ -18,14 +18,7 @@ from django.db.models.functions import Now
 from leasejobs.connection import connection_params
 from leasejobs.models import Job
 from tests.helpers import ROOT, wait_until, worker_env
-
-
-def make_job(**fields) -> Job:
-    fields.setdefault("task_name", "shop.tasks.send_receipt")
-    fields.setdefault("run_at", Now())
-    job = Job.objects.create(**fields)
-    job.refresh_from_db()
-    return job
+from tests.test_admin import make_job
 
 
 def run(*args: str) -> str:

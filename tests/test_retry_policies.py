@@ -8,17 +8,8 @@ change nothing, like every other stale finish.
 from leasejobs import RetryPolicy
 from leasejobs.models import Job
 from tests.helpers import wait_until
-from tests.testapp.models import BodyRun
+from tests.test_worker import job_now, runs
 from tests.testapp.tasks import hopeless, picky, snoozy, stale_discard, stale_snooze
-
-
-def job_now(job: Job) -> Job:
-    job.refresh_from_db()
-    return job
-
-
-def runs(job: Job) -> int:
-    return BodyRun.objects.filter(job_id=job.id).count()
 
 
 def test_a_task_policy_fails_at_once_on_fail_on_and_retries_the_rest(start_worker):
