@@ -135,3 +135,10 @@ def test_the_helpers_work_outside_a_transaction_too(transactional_db, job_queue)
     assert (ran.outcome, ran.result) == ("done", 42)
     job.refresh_from_db()
     assert (job.status, job.result) == ("done", 42)
+
+
+def test_a_queue_that_never_empties_is_an_error_not_a_hang(job_queue):
+    for n in range(3):
+        spawner.enqueue(n)  # each spawns a record job
+    with pytest.raises(RuntimeError, match="run_jobs ran 4 jobs and the queue is still not empty"):
+        job_queue.run_jobs(max_jobs=4)
