@@ -87,6 +87,13 @@ def test_nothing_to_retry_goes_back_with_a_message(admin_client):
 
 
 @pytest.mark.django_db
+def test_a_filter_the_list_does_not_know_goes_back_with_a_message(admin_client):
+    response = admin_client.get(f"{RETRY_FAILED}?no_such_field=1", follow=True)
+    assert response.redirect_chain[-1][0] == CHANGELIST
+    assert "That filter is not one the job list knows." in [m.message for m in response.context["messages"]]
+
+
+@pytest.mark.django_db
 def test_only_who_may_change_jobs_may_retry_them():
     user = User.objects.create_user("viewer", password="pw", is_staff=True)
     user.user_permissions.set(Permission.objects.filter(codename="view_job"))

@@ -14,6 +14,7 @@ import datetime as dt
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -38,7 +39,11 @@ def view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:
         raise PermissionDenied
     query = request.GET.urlencode()
     back = reverse("admin:leasejobs_job_changelist") + (f"?{query}" if query else "")
-    changelist = model_admin.get_changelist_instance(request)
+    try:
+        changelist = model_admin.get_changelist_instance(request)
+    except IncorrectLookupParameters:
+        model_admin.message_user(request, "That filter is not one the job list knows.", messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:leasejobs_job_changelist"))
     failed = changelist.get_queryset(request).filter(status=Job.Status.FAILED)
     if request.method == "POST":
         try:
