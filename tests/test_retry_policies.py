@@ -49,7 +49,7 @@ def test_discard_fails_now_with_its_reason_and_no_retry(start_worker):
 
 
 def _race(start_worker, job: Job, stale: str) -> None:
-    """Worker a's attempt 1 outlives its lease; b takes over; a's outcome arrives while b runs."""
+    """Worker a's attempt 1 outlives its lease; b takes over; a's body then raises while b runs."""
     a = start_worker("--no-heartbeat", "--lease", "1", "--concurrency", "1", "--worker-id", "a")
     wait_until(lambda: runs(job) == 1, what="a starts attempt 1")
     b = start_worker("--no-heartbeat", "--lease", "30", "--worker-id", "b")
@@ -69,8 +69,8 @@ def _race(start_worker, job: Job, stale: str) -> None:
 
 
 def test_a_stale_snooze_racing_a_lease_takeover_changes_nothing(start_worker):
-    _race(start_worker, stale_snooze.enqueue(3, later_attempt_seconds=4), "queued")
+    _race(start_worker, stale_snooze.enqueue(later_attempt_seconds=6), "queued")
 
 
 def test_a_stale_discard_racing_a_lease_takeover_changes_nothing(start_worker):
-    _race(start_worker, stale_discard.enqueue(3, later_attempt_seconds=4), "failed")
+    _race(start_worker, stale_discard.enqueue(later_attempt_seconds=6), "failed")

@@ -133,23 +133,32 @@ def hopeless(reason):
     raise Discard(reason)
 
 
+def _after_takeover(ctx, timeout: float = 60.0) -> None:
+    """Attempt 1 waits until another worker runs attempt 2: from then on it is stale."""
+    deadline = time.monotonic() + timeout
+    while not BodyRun.objects.filter(job_id=ctx.job_id, attempt=ctx.attempt + 1).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no other worker took the job over")
+        time.sleep(0.05)
+
+
 @task(takes_context=True)
-def stale_snooze(ctx, first_attempt_seconds, later_attempt_seconds=0.0):
-    """Attempt 1 sleeps past its lease, then snoozes (stale by then); later attempts finish."""
+def stale_snooze(ctx, later_attempt_seconds):
+    """Attempt 1 snoozes once another worker has taken the job over; later attempts finish."""
     _record_run()
     if ctx.attempt == 1:
-        time.sleep(first_attempt_seconds)
+        _after_takeover(ctx)
         raise Snooze(600)
     time.sleep(later_attempt_seconds)
     return ctx.attempt
 
 
 @task(takes_context=True)
-def stale_discard(ctx, first_attempt_seconds, later_attempt_seconds=0.0):
-    """Attempt 1 sleeps past its lease, then discards (stale by then); later attempts finish."""
+def stale_discard(ctx, later_attempt_seconds):
+    """Attempt 1 discards once another worker has taken the job over; later attempts finish."""
     _record_run()
     if ctx.attempt == 1:
-        time.sleep(first_attempt_seconds)
+        _after_takeover(ctx)
         raise Discard("attempt 1 gave up")
     time.sleep(later_attempt_seconds)
     return ctx.attempt
