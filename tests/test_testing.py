@@ -7,7 +7,7 @@ with the worker's own statements; nothing is committed.
 import datetime as dt
 
 import pytest
-from django.test import override_settings
+from django.test import TestCase, override_settings
 
 from leasejobs import RetryPolicy
 from leasejobs.models import Job, SideEffect
@@ -142,3 +142,15 @@ def test_a_queue_that_never_empties_is_an_error_not_a_hang(job_queue):
         spawner.enqueue(n)  # each spawns a record job
     with pytest.raises(RuntimeError, match="run_jobs ran 4 jobs and the queue is still not empty"):
         job_queue.run_jobs(max_jobs=4)
+
+
+class WithoutPytestFixtures(TestCase):
+    """The same helpers from a plain Django TestCase (no fixture, no plugin)."""
+
+    def test_enqueue_then_run(self):
+        from leasejobs import testing
+
+        job = add.enqueue(1, 2)
+        testing.assert_enqueued(add, args=[1, 2])
+        self.assertEqual([(r.id, r.outcome, r.result) for r in testing.run_jobs()], [(job.id, "done", 3)])
+        testing.assert_not_enqueued(add)
