@@ -1,22 +1,34 @@
 """leasejobs: a PostgreSQL job queue for Django with leases, heartbeats,
 fencing tokens and idempotent side effects.
 
-``from leasejobs import task, periodic, LeaseLost, current_job``. The names that need
-models are loaded on first use, so importing the package (as Django does for
-INSTALLED_APPS, before models are ready) has no side effects.
+``from leasejobs import task, periodic, LeaseLost, Snooze, Discard,
+RetryPolicy, current_job``. The names that need models are loaded on first
+use, so importing the package (as Django does for INSTALLED_APPS, before
+models are ready) has no side effects.
 """
 
 from typing import Any
 
-from leasejobs.exceptions import LeaseLost
+from leasejobs.exceptions import Discard, LeaseLost, Snooze
 
-__all__ = ["JobContext", "LeaseLost", "Task", "current_job", "periodic", "task"]
+__all__ = [
+    "Discard",
+    "JobContext",
+    "LeaseLost",
+    "RetryPolicy",
+    "Snooze",
+    "Task",
+    "current_job",
+    "periodic",
+    "task",
+]
 
 _LAZY = {
     "task": "leasejobs.registry",
     "Task": "leasejobs.registry",
     "current_job": "leasejobs.context",
     "JobContext": "leasejobs.context",
+    "RetryPolicy": "leasejobs.retry",
 }
 
 

@@ -18,9 +18,13 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_SECONDS": 30,
     # Claims a job may have before a failure (or an expired lease) is final.
     "MAX_ATTEMPTS": 5,
-    # Retry delay: RETRY_BACKOFF_SECONDS * 2**(attempt-1), jittered, capped.
+    # Retry delay: RETRY_BACKOFF_SECONDS * 2**(attempt-1), jittered, capped
+    # (the defaults of a task's RetryPolicy; see leasejobs.retry).
     "RETRY_BACKOFF_SECONDS": 2.0,
     "RETRY_BACKOFF_MAX_SECONDS": 3600.0,
+    # How many times a job may ``raise Snooze(...)``; the snooze after that
+    # fails it. Snoozes do not count toward MAX_ATTEMPTS.
+    "MAX_SNOOZES": 100,
     # Extra modules to import for tasks, besides the ``tasks`` module of each app.
     "TASK_MODULES": [],
     # Encoded args + kwargs larger than this are refused at enqueue.

@@ -47,6 +47,8 @@ class JobContext:
     worker_id: str
     task_name: str = ""
     queue: str = "default"
+    #: Started runs of the job, this one included: what ``max_attempts`` limits.
+    runs: int = 1
     #: The lease this attempt holds (renewed as a side-effect block commits).
     lease_seconds: float = 30.0
     #: Called when a side-effect block ends, so the worker heartbeats soon.

@@ -36,6 +36,8 @@ class JobSpec:
     run_at: dt.datetime | None
     delay: float
     idempotency_key: str | None
+    #: A ``using(retry=...)`` policy (``RetryPolicy.to_json``), or None.
+    retry_policy: dict[str, Any] | None = None
 
 
 def build(
@@ -49,6 +51,7 @@ def build(
     run_at: dt.datetime | None = None,
     delay: float | dt.timedelta | None = None,
     idempotency_key: str | None = None,
+    retry_policy: dict[str, Any] | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
     args_json, kwargs_json = encode_payload(task_name, args, kwargs)
@@ -76,6 +79,7 @@ def build(
         run_at=run_at,
         delay=float(seconds),
         idempotency_key=idempotency_key,
+        retry_policy=retry_policy,
     )
 
 
@@ -136,6 +140,8 @@ def _job(
         "started_at": None,
         "finished_at": None,
         "trace_context": trace_context,
+        "snoozes": 0,
+        "retry_policy": spec.retry_policy,
     }
     return Job.from_db(DB_ALIAS, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
@@ -171,6 +177,7 @@ def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
                 "run_at": spec.run_at,
                 "delay": spec.delay,
                 "idempotency_key": spec.idempotency_key,
+                "retry_policy": _policy_json(spec.retry_policy),
                 "channel": conf.get("NOTIFY_CHANNEL"),
                 "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
@@ -212,6 +219,7 @@ def _insert_many(specs: list[JobSpec], trace_context: dict[str, str] | None) -> 
                 "run_ats": [s.run_at for s in specs],
                 "delays": [s.delay for s in specs],
                 "idempotency_keys": [s.idempotency_key for s in specs],
+                "retry_policies": [_policy_json(s.retry_policy) for s in specs],
                 "channel": conf.get("NOTIFY_CHANNEL"),
                 "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
@@ -241,3 +249,8 @@ def _insert_many(specs: list[JobSpec], trace_context: dict[str, str] | None) -> 
         }
         jobs = [j if j is not None else existing[s.idempotency_key] for s, j in zip(specs, jobs, strict=True)]
     return jobs  # type: ignore[return-value]
+
+
+def _policy_json(policy: dict[str, Any] | None) -> str | None:
+    """A ``using(retry=...)`` policy as the row stores it (``RetryPolicy.to_json``), or None."""
+    return None if policy is None else encode_json(policy, "a retry policy")

@@ -63,6 +63,14 @@ class Job(models.Model):
         blank=True,
         help_text="W3C trace context of the enqueue, when tracing is on.",
     )
+    snoozes = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="Times the body raised Snooze; those claims do not count toward max_attempts.",
+    )
+    retry_policy = models.JSONField(
+        null=True, blank=True, help_text="A retry policy given with .using(retry=...); else the task's."
+    )
 
     class Meta:
         db_table = "leasejobs_job"

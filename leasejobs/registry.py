@@ -21,6 +21,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from leasejobs import conf, enqueue
 from leasejobs.models import Job
+from leasejobs.retry import RetryPolicy
 from leasejobs.validators import validate_priority, validate_queue, validate_task_options
 
 _registry: dict[str, "Task"] = {}
@@ -46,6 +47,11 @@ class Task:
     run_at: dt.datetime | None = None
     delay: float | dt.timedelta | None = None
     idempotency_key: str | None = None
+    #: How failures are retried (None: every exception, backoff from LEASEJOBS).
+    retry: RetryPolicy | None = None
+    #: A policy given to ``using``: stored on each job this copy enqueues
+    #: (the worker only knows the registered task, so the row carries it).
+    retry_override: RetryPolicy | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -58,9 +64,14 @@ class Task:
         run_at: dt.datetime | None = None,
         delay: float | dt.timedelta | None = None,
         idempotency_key: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> "Task":
-        """A copy of this task that enqueues with these options."""
+        """A copy of this task that enqueues with these options.
+
+        ``retry`` replaces the task's policy for the jobs this copy enqueues.
+        """
         changes: dict[str, Any] = {
+            "retry_override": _checked_policy(retry, self.name),
             "queue": queue,
             "priority": priority,
             "run_at": run_at,
@@ -78,6 +89,7 @@ class Task:
             "run_at": self.run_at,
             "delay": self.delay,
             "idempotency_key": self.idempotency_key,
+            "retry_policy": None if self.retry_override is None else self.retry_override.to_json(),
         }
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
@@ -112,6 +124,12 @@ def _qualified(func: Callable[..., Any]) -> str:
     return f"{func.__module__}.{func.__qualname__}"
 
 
+def _checked_policy(policy: object, task_name: str) -> RetryPolicy | None:
+    if policy is not None and not isinstance(policy, RetryPolicy):
+        raise ValueError(f"retry of task {task_name} must be a leasejobs.RetryPolicy, not {policy!r}.")
+    return policy
+
+
 def task(
     func: Callable[..., Any] | None = None,
     *,
@@ -122,11 +140,13 @@ def task(
     lease_seconds: float | None = None,
     timeout_seconds: float | None = None,
     takes_context: bool = False,
+    retry: RetryPolicy | None = None,
 ) -> Any:
     """Make a function a task: ``@task`` or ``@task(queue="receipts", ...)``.
 
     The default name is the function's dotted path. With
     ``takes_context=True`` the function's first argument is the job context.
+    ``retry`` is the task's ``RetryPolicy`` (see ``leasejobs.retry``).
     """
 
     def decorate(f: Callable[..., Any]) -> Task:
@@ -152,6 +172,7 @@ def task(
                 lease_seconds=lease_seconds,
                 timeout_seconds=timeout_seconds,
                 takes_context=takes_context,
+                retry=_checked_policy(retry, _qualified(f)),
             )
         )
 

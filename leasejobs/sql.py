@@ -42,13 +42,14 @@ WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at, trace_context
+        errors, worker_ids, created_at, trace_context, snoozes, retry_policy
     )
     VALUES (
         %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
         'queued', 0, %(max_attempts)s,
         COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
-        '', false, %(idempotency_key)s, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb
+        '', false, %(idempotency_key)s, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
+        0, %(retry_policy)s::jsonb
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, run_at, created_at
@@ -68,18 +69,20 @@ WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at, trace_context
+        errors, worker_ids, created_at, trace_context, snoozes, retry_policy
     )
     SELECT r.task_name, r.queue, r.priority, r.args::jsonb, r.kwargs::jsonb,
            'queued', 0, r.max_attempts,
            COALESCE(r.run_at, statement_timestamp() + make_interval(secs => r.delay)),
-           '', false, r.idempotency_key, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb
+           '', false, r.idempotency_key, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
+           0, r.retry_policy::jsonb
     FROM unnest(
         %(task_names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
         %(args)s::text[], %(kwargs)s::text[], %(max_attempts)s::int[],
-        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(idempotency_keys)s::text[]
+        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(idempotency_keys)s::text[],
+        %(retry_policies)s::text[]
     ) WITH ORDINALITY AS r(task_name, queue, priority, args, kwargs, max_attempts,
-                           run_at, delay, idempotency_key, ord)
+                           run_at, delay, idempotency_key, retry_policy, ord)
     ORDER BY r.ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key, queue, run_at, created_at
@@ -114,13 +117,23 @@ ORDER BY i.id
 #: claim the same token.
 #:
 #: ``runs`` counts attempts whose body started; it is what ``max_attempts``
-#: limits. The first ``counted`` rows, in claim order, go to idle runners and
-#: start at once, so they count now; the rest wait in the worker's prefetch
-#: buffer and count when they start (their finish, or ``MARK_STARTED``).
-#: Rows come back ``ended`` instead of claimed when they must not run again:
-#: ``'failed'`` for an expired lease with no runs left (a job that kills its
-#: worker cannot loop forever), ``'cancelled'`` when a cancel is pending (the
-#: worker that held it died before it could end it).
+#: limits (a snooze takes its run back). The first ``counted`` rows, in claim
+#: order, go to idle runners and start at once, so they count now; the rest
+#: wait in the worker's prefetch buffer and count when they start (their
+#: finish, or ``MARK_STARTED``). Rows come back ``ended`` instead of claimed
+#: when they must not run again: ``'failed'`` for an expired lease with no
+#: runs left (a job that kills its worker cannot loop forever),
+#: ``'cancelled'`` when a cancel is pending (the worker that held it died
+#: before it could end it).
+#:
+#: ``job_id`` (None for workers) claims that one job only: ``leasejobs.testing.run_job``.
+#:
+#: ``job_id`` (None for workers) claims that one job only: ``leasejobs.testing.run_job``.
+#:
+#: Due means by this statement's time (``statement_timestamp()``, which a
+#: worker's one-statement transaction shares with ``now()``): a job enqueued
+#: inside a long transaction is stamped with its statement's time, and
+#: ``leasejobs.testing`` claims inside the test's own transaction.
 #:
 #: The rows come back in claim order (an UPDATE's RETURNING has none), so a
 #: worker that claims many at once still starts them in priority order. The
@@ -136,9 +149,10 @@ WITH picked AS (
                 WHEN status = 'running' AND runs >= max_attempts THEN 'failed' END AS ended
     FROM leasejobs_job
     WHERE status IN ('queued', 'running')
-      AND ((status = 'queued' AND run_at <= now())
-           OR (status = 'running' AND lease_until < now()))
+      AND ((status = 'queued' AND run_at <= statement_timestamp())
+           OR (status = 'running' AND lease_until < statement_timestamp()))
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
@@ -176,10 +190,11 @@ claimed AS (
     WHERE j.id = p.id AND durable.setting IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
               j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at,
-              j.trace_context
+              j.trace_context, j.snoozes, j.retry_policy
 )
 SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
-       counted, taken_over, extract(epoch FROM now() - run_at)::float8 AS waited, trace_context
+       counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited, trace_context,
+       snoozes, retry_policy
 FROM claimed
 ORDER BY priority DESC, run_at, id
 """
@@ -253,10 +268,13 @@ LEFT JOIN LATERAL (
 
 #: Write the outcome of many attempts in one statement: done, retry (back to
 #: queued, due after ``retry_delay`` seconds of database time), failed or
-#: cancelled. Each row is written only while the attempt still holds the job
-#: (id AND attempt AND holder AND running); a retry of a job with a pending
-#: cancel is written as cancelled instead. ``count_runs`` adds the run of an
-#: attempt that was not counted at its claim (it waited in the buffer).
+#: cancelled. A snooze is a retry with ``snoozed`` true: queued, due after
+#: its delay, ``snoozes`` + 1, and no error entry. Each row is written only
+#: while the attempt still holds the job (id AND attempt AND holder AND
+#: running); a retry of a job with a pending cancel is written as cancelled
+#: instead. ``run_deltas`` adjusts ``runs``: +1 for the run of an attempt
+#: that was not counted at its claim (it waited in the buffer), -1 to take
+#: back a counted run that ended in a snooze (a snooze is not a run).
 #: ``results`` arrive as JSON text, already checked by the worker.
 #: Returns ``(id, attempt, written)``: written true for the rows written;
 #: false for a row that is still this attempt's but locked by another
@@ -270,8 +288,8 @@ WITH outcome AS (
     FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(statuses)s::text[],
         %(results)s::text[], %(last_errors)s::text[], %(error_entries)s::jsonb[],
-        %(retry_delays)s::float8[], %(count_runs)s::int[]
-    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay, count_run)
+        %(retry_delays)s::float8[], %(run_deltas)s::int[], %(snoozed)s::boolean[]
+    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay, run_delta, snoozed)
 ),
 locked AS (
     SELECT l.id, o.attempt
@@ -288,7 +306,7 @@ written AS (
         status      = CASE WHEN o.status = 'queued' AND j.cancel_requested THEN 'cancelled'
                            ELSE o.status END,
         result      = o.result::jsonb,
-        runs        = j.runs + o.count_run,
+        runs        = GREATEST(0, j.runs + o.run_delta),
         last_error  = COALESCE(o.last_error, j.last_error),
         errors      = CASE WHEN o.error_entry IS NULL THEN j.errors
                            ELSE j.errors || jsonb_build_array(o.error_entry) END,
@@ -297,7 +315,8 @@ written AS (
                            ELSE j.run_at END,
         finished_at = CASE WHEN o.status = 'queued' AND NOT j.cancel_requested THEN NULL
                            ELSE clock_timestamp() END,
-        lease_until = NULL
+        lease_until = NULL,
+        snoozes     = j.snoozes + CASE WHEN o.snoozed THEN 1 ELSE 0 END
     FROM locked AS l
     JOIN outcome AS o ON o.id = l.id AND o.attempt = l.attempt
     WHERE j.id = l.id
@@ -414,15 +433,15 @@ RETURNING j.id, j.attempt, j.leased_by, s.status
 """
 
 #: Retry now: a failed or cancelled job is queued again, due now, with room
-#: for one more attempt (``max_attempts`` raised to at least attempt + 1; the
-#: attempt itself is never lowered); a queued job scheduled for later becomes
-#: due now. NOTIFY on commit wakes the workers of those queues.
+#: for one more run (``max_attempts`` raised to at least ``runs`` + 1, the
+#: runs its bodies started; the attempt itself is never lowered); a
+#: queued job scheduled for later becomes due now. NOTIFY on commit wakes the workers of those queues.
 ADMIN_RETRY = """
 WITH retried AS (
     UPDATE leasejobs_job AS j SET
         status           = 'queued',
         run_at           = CASE WHEN j.status = 'queued' THEN LEAST(j.run_at, now()) ELSE now() END,
-        max_attempts     = GREATEST(j.max_attempts, j.attempt + 1),
+        max_attempts     = GREATEST(j.max_attempts, j.runs + 1),
         finished_at      = NULL,
         lease_until      = NULL,
         cancel_requested = false

@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from leasejobs import liveness, sql
 from leasejobs.connection import WorkerConnection
+from leasejobs.errors import ErrorEntry
 
 #: How long a claim or finish waits for a table-level lock before it gives
 #: up and tries again later (row locks are skipped, never waited for): a
@@ -63,6 +64,10 @@ class ClaimedRow(NamedTuple):
     waited: float
     #: The W3C trace context stored at enqueue (None without OpenTelemetry).
     trace_context: Any
+    #: Times the job snoozed before this claim (``leasejobs.Snooze``).
+    snoozes: int
+    #: The retry policy stored by ``.using(retry=...)``, as JSON, or None.
+    retry_policy: Any
 
 
 class BeatRow(NamedTuple):
@@ -85,12 +90,14 @@ class FinishRow(NamedTuple):
 class Outcome:
     """The result of one attempt, waiting to be written by the finisher."""
 
-    status: str  # done, queued (retry), failed or cancelled
+    status: str  # done, queued (retry or snooze), failed or cancelled
     #: The return value as JSON text (already checked), or None.
     result: str | None = None
     last_error: str | None = None
-    error_entry: dict[str, Any] | None = None
+    error_entry: ErrorEntry | None = None
     retry_delay: float | None = None
+    #: Queued by ``Snooze``: snoozes + 1, no error entry, and not a run.
+    snoozed: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -109,9 +116,11 @@ def claim_params(
     lease_seconds: float,
     task_leases: dict[str, float],
     worker_id: str,
+    job_id: int | None = None,
 ) -> dict[str, Any]:
-    """The parameters of ``sql.CLAIM`` (the worker's claim, and the bench's EXPLAIN of it)."""
+    """The parameters of ``sql.CLAIM`` (the worker's, ``leasejobs.testing``'s, the bench's EXPLAIN)."""
     return {
+        "job_id": job_id,
         "queues": queues,
         "limit": limit,
         "counted": counted,
@@ -119,6 +128,27 @@ def claim_params(
         "task_leases": Jsonb(task_leases),
         "worker_id": worker_id,
     }
+
+
+def finish_params(batch: Sequence[tuple[Attempt, Outcome, int]], worker_id: str) -> dict[str, Any]:
+    """The parameters of ``sql.FINISH`` for (attempt, outcome, run delta) triples."""
+    return {
+        "ids": [a.id for a, _, _ in batch],
+        "attempts": [a.attempt for a, _, _ in batch],
+        "statuses": [o.status for _, o, _ in batch],
+        "results": [o.result for _, o, _ in batch],
+        "last_errors": [o.last_error for _, o, _ in batch],
+        "error_entries": [_jsonb(o.error_entry) for _, o, _ in batch],
+        "retry_delays": [o.retry_delay for _, o, _ in batch],
+        "run_deltas": [delta for _, _, delta in batch],
+        "snoozed": [o.snoozed for _, o, _ in batch],
+        "worker_id": worker_id,
+    }
+
+
+def run_delta(*, started: bool, counted: bool, snoozed: bool) -> int:
+    """How a finish changes ``runs``: +1 for a started run not counted yet; a snooze's run is taken back."""
+    return int(started and not counted) - int(snoozed)
 
 
 class WorkerStore:
@@ -176,22 +206,9 @@ class WorkerStore:
         )
         return [BeatRow._make(row) for row in rows]
 
-    def finish(self, batch: Sequence[tuple[Attempt, Outcome, bool]]) -> list[FinishRow]:
-        """Write outcomes; each (attempt, outcome, count the run now)."""
-        rows = self._finish.execute(
-            sql.FINISH,
-            {
-                "ids": [a.id for a, _, _ in batch],
-                "attempts": [a.attempt for a, _, _ in batch],
-                "statuses": [o.status for _, o, _ in batch],
-                "results": [o.result for _, o, _ in batch],
-                "last_errors": [o.last_error for _, o, _ in batch],
-                "error_entries": [_jsonb(o.error_entry) for _, o, _ in batch],
-                "retry_delays": [o.retry_delay for _, o, _ in batch],
-                "count_runs": [int(count) for _, _, count in batch],
-                "worker_id": self.worker_id,
-            },
-        )
+    def finish(self, batch: Sequence[tuple[Attempt, Outcome, int]]) -> list[FinishRow]:
+        """Write outcomes; each (attempt, outcome, change to ``runs``: see ``run_delta``)."""
+        rows = self._finish.execute(sql.FINISH, finish_params(batch, self.worker_id))
         return [FinishRow._make(row) for row in rows]
 
     def release(self, jobs: Sequence[tuple[Attempt, bool]]) -> set[Attempt]:
@@ -233,5 +250,5 @@ class WorkerStore:
             conn.close()
 
 
-def _jsonb(value: dict[str, Any] | None) -> Jsonb | None:
+def _jsonb(value: ErrorEntry | None) -> Jsonb | None:
     return None if value is None else Jsonb(value)

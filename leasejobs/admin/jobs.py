@@ -18,12 +18,12 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import F, Func, Q, QuerySet, TextField, Value
 from django.db.models.functions import Left
 from django.http import HttpRequest
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from leasejobs.admin import actions, lease
+from leasejobs.admin import actions, lease, retry_matching
 from leasejobs.admin.filters import LeaseStateFilter, QueueFilter
 from leasejobs.admin.paginator import EstimatedCountPaginator
 from leasejobs.errors import read_entries
@@ -164,10 +164,19 @@ class JobAdmin(BigTableAdmin):
         # job's own page stays read-only for everyone (asked with obj).
         return obj is None and super().has_change_permission(request)
 
+    def get_urls(self) -> list[URLPattern]:
+        retry_failed = path(
+            "retry-failed/",
+            self.admin_site.admin_view(lambda request: retry_matching.view(self, request)),
+            name="leasejobs_job_retry_failed",
+        )
+        return [retry_failed, *super().get_urls()]
+
     # -- rows -----------------------------------------------------------------
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        return super().changelist_view(request, {"title": "Jobs", **(extra_context or {})})
+        context = {"title": "Jobs", "can_retry_failed": self.has_change_permission(request)}
+        return super().changelist_view(request, {**context, **(extra_context or {})})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         return lease.annotate(super().get_queryset(request))

@@ -19,6 +19,7 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
+from leasejobs import retry
 from leasejobs.conf import DB_ALIAS
 from leasejobs.context import JobContext
 from leasejobs.errors import exception_entry
@@ -66,7 +67,10 @@ def run(task: Task, ctx: JobContext, args: Sequence[Any], kwargs: dict[str, Any]
     except LeaseLost:
         raise
     except BaseException as exc:
-        final = ctx.cancel_requested or ctx.attempt >= job.max_attempts
+        # The worker's own decision (leasejobs.retry), so the signal says what it will write.
+        policy = retry.policy_for(None, job.retry_policy)
+        decision = retry.decide(policy, exc, ctx.runs, job.max_attempts, job.snoozes)
+        final = ctx.cancel_requested or decision.action in ("fail", "discard")
         entry = exception_entry(ctx.attempt, ctx.worker_id, exc)
         result.errors.append(
             TaskError(exception_class_path=entry["exception_class"], traceback=entry["traceback"])

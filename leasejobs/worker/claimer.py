@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from leasejobs import observe, registry
+from leasejobs import observe, registry, retry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.context import JobContext
 from leasejobs.store import Attempt, ClaimedRow, Outcome, WorkerStore
@@ -146,12 +146,15 @@ class Claimer:
             waited=row.waited,
             claimed_at=claimed_at,
             trace_context=row.trace_context,
+            snoozes=row.snoozes,
+            retry_policy=retry.policy_for(task.retry if task else None, row.retry_policy),
             ctx=JobContext(
                 job_id=row.id,
                 attempt=row.attempt,
                 worker_id=self.store.worker_id,
                 task_name=row.task_name,
                 queue=row.queue,
+                runs=row.runs if row.counted else row.runs + 1,
                 lease_seconds=lease,
                 after_side_effect=self._after_side_effect,
                 on_stale_write=observe.stale_write_rejected,

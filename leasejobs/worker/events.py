@@ -111,7 +111,9 @@ class Events:
     def outcome(self, job: HeldJob, outcome: Outcome) -> None:
         observe.outcome_written(job.queue, job.task_name, outcome.status)
         ids = self._ids(job)
-        if outcome.status == "queued":
+        if outcome.snoozed:
+            logger.info("snoozed job=%s attempt=%s worker=%s for %.1fs", *ids, outcome.retry_delay)
+        elif outcome.status == "queued":
             logger.warning(
                 "retry job=%s attempt=%s worker=%s in %.1fs: %s",
                 *ids,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import psycopg
 
 from leasejobs.connection import CONNECTION_ERRORS
-from leasejobs.store import Outcome, WorkerStore
+from leasejobs.store import Outcome, WorkerStore, run_delta
 from leasejobs.values import stored_text
 from leasejobs.worker.batcher import LingerBatcher
 from leasejobs.worker.events import Events, describe
@@ -81,7 +81,7 @@ class Finisher:
 
     def _write_batch(self, batch: list[HeldJob]) -> list[HeldJob]:
         began = time.perf_counter()
-        rows = self.store.finish([(job.key, _outcome(job), job.started and not job.counted) for job in batch])
+        rows = self.store.finish([(job.key, _outcome(job), _run_delta(job)) for job in batch])
         self.events.finish_statement(time.perf_counter() - began)
         written = {(r.id, r.attempt) for r in rows if r.written}
         locked = {(r.id, r.attempt) for r in rows if not r.written}
@@ -116,6 +116,10 @@ class Finisher:
             self.held.drop(job, lost=False)
             self.events.outcome_lost(job, again)
             return []
+
+
+def _run_delta(job: HeldJob) -> int:
+    return run_delta(started=job.started, counted=job.counted, snoozed=_outcome(job).snoozed)
 
 
 def _outcome(job: HeldJob) -> Outcome:

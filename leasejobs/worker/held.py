@@ -29,6 +29,7 @@ from leasejobs.store import Attempt, Outcome
 
 if TYPE_CHECKING:
     from leasejobs.registry import Task
+    from leasejobs.retry import RetryPolicy
 
 
 class Phase(enum.Enum):
@@ -69,6 +70,9 @@ class HeldJob:
     claimed_at: float = 0.0
     #: The W3C trace context stored at enqueue, for the attempt's span.
     trace_context: Any = None
+    #: Times the job snoozed before this claim, and the retry policy it runs under.
+    snoozes: int = 0
+    retry_policy: "RetryPolicy | None" = None
     phase: Phase = Phase.BUFFERED
     started: bool = False
     #: Monotonic time past which the body has timed out (None: no timeout).
@@ -93,7 +97,15 @@ class HeldJobs:
         self._closed = False  # runners exit
         self.running = 0
         self.claimed = 0
-        self.counts = {"claimed": 0, "done": 0, "retried": 0, "failed": 0, "cancelled": 0, "lost_leases": 0}
+        self.counts = {
+            "claimed": 0,
+            "done": 0,
+            "retried": 0,
+            "snoozed": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "lost_leases": 0,
+        }
 
     # -- claiming --------------------------------------------------------------
 
@@ -164,7 +176,7 @@ class HeldJobs:
             job.phase = Phase.FINISHED
             self._jobs.pop(job.key, None)
             assert job.outcome is not None
-            status = job.outcome.status
+            status = "snoozed" if job.outcome.snoozed else job.outcome.status
             self.counts[{"queued": "retried"}.get(status, status)] += 1
 
     def drop(self, job: HeldJob, *, lost: bool) -> bool:

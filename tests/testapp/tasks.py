@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from leasejobs import LeaseLost, current_job, task
+from leasejobs import Discard, LeaseLost, RetryPolicy, Snooze, current_job, task
 from tests.testapp.models import BodyRun, Sent
 
 
@@ -229,3 +229,81 @@ def stamp(ctx, seconds=0.0):
     """A periodic test job: returns the tick it was for (after ``seconds`` of work)."""
     time.sleep(seconds)
     return ctx.scheduled_at.isoformat() if ctx.scheduled_at else None
+
+
+FAST_FIXED = RetryPolicy(fail_on=(KeyError,), backoff="fixed", base_seconds=0.05, jitter=0)
+
+
+@task(max_attempts=4, retry=FAST_FIXED)
+def picky(exc_name):
+    """Fails with the named exception every time: KeyError fails at once, others retry."""
+    _record_run()
+    raise {"KeyError": KeyError, "ValueError": ValueError}[exc_name]("picky")
+
+
+@task(takes_context=True, max_attempts=2)
+def snoozy(ctx, times, seconds=0.05):
+    """Snoozes ``times`` times, then finishes with the claim count it reached."""
+    _record_run()
+    if ctx.attempt <= times:
+        raise Snooze(seconds)
+    return ctx.attempt
+
+
+@task
+def hopeless(reason):
+    _record_run()
+    raise Discard(reason)
+
+
+def _after_takeover(ctx, timeout: float = 60.0) -> None:
+    """Attempt 1 waits until another worker runs attempt 2: from then on it is stale."""
+    deadline = time.monotonic() + timeout
+    while not BodyRun.objects.filter(job_id=ctx.job_id, attempt=ctx.attempt + 1).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no other worker took the job over")
+        time.sleep(0.05)
+
+
+@task(takes_context=True)
+def stale_snooze(ctx, later_attempt_seconds):
+    """Attempt 1 snoozes once another worker has taken the job over; later attempts finish."""
+    _record_run()
+    if ctx.attempt == 1:
+        _after_takeover(ctx)
+        raise Snooze(600)
+    time.sleep(later_attempt_seconds)
+    return ctx.attempt
+
+
+@task(takes_context=True)
+def stale_discard(ctx, later_attempt_seconds):
+    """Attempt 1 discards once another worker has taken the job over; later attempts finish."""
+    _record_run()
+    if ctx.attempt == 1:
+        _after_takeover(ctx)
+        raise Discard("attempt 1 gave up")
+    time.sleep(later_attempt_seconds)
+    return ctx.attempt
+
+
+@task
+def kinds(*args, **kwargs):
+    """The Python types the body got: what JSON made of the caller's values."""
+    return [type(a).__name__ for a in args] + [f"{k}:{type(v).__name__}" for k, v in sorted(kwargs.items())]
+
+
+@task(queue="spawn")
+def spawner(n):
+    """Enqueues its follow-up: run_jobs(until_empty=True) runs both."""
+    record.using(queue="spawn").enqueue(n + 1)
+    return n
+
+
+@task
+def breaks_its_transaction():
+    """A body whose statement fails: the test's transaction must stay usable."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1/0")
