@@ -160,14 +160,14 @@ class LeaseJobsBackend(BaseTaskBackend):
         no Django Task this project defines (a leasejobs task's job, say).
         """
         from leasejobs import django_tasks
-        from leasejobs.enqueue import DB_ALIAS
+        from leasejobs.enqueue import db_alias
         from leasejobs.models import Job
 
         try:
             job_id = int(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(result_id) from None
-        job = Job.objects.using(DB_ALIAS).filter(pk=job_id).first() if 0 < job_id < 2**63 else None
+        job = Job.objects.using(db_alias()).filter(pk=job_id).first() if 0 < job_id < 2**63 else None
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         task = django_tasks.find(job.task_name)

@@ -59,7 +59,7 @@ from psycopg.types.json import Jsonb
 
 from leasejobs import sql
 from leasejobs.connection import connection_params
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.enqueue import db_alias
 
 QUEUE = "leasejobs-bench"
 HISTORY_QUEUE = "leasejobs-bench-history"
@@ -451,7 +451,7 @@ class Bench:
     def _commit_jobs(self, jobs: int) -> None:
         """Enqueue ``jobs`` no-op jobs in one transaction: all visible at once."""
         noop = self.tasks["noop"]
-        with transaction.atomic(using=DB_ALIAS):
+        with transaction.atomic(using=db_alias()):
             left = jobs
             while left:
                 n = min(left, 5000)

@@ -31,6 +31,15 @@ DEFAULTS: dict[str, Any] = {
     # buffered job starts within 0.1 s (and a tenth of its lease): 1000 only
     # for jobs of 0.4 ms or less at concurrency 4. 0 claims free slots only.
     "PREFETCH": 1000,
+    # The DATABASES alias holding the queue tables (runworker --database).
+    # Transactional enqueue needs the queue in the same database as the rows.
+    "DATABASE": "default",
+    # Where the worker LISTENs when its queue database is reached through a
+    # transaction pooler (PgBouncer, Supavisor, Neon), which cannot LISTEN: a
+    # DATABASES alias or a postgres:// URL of a direct connection. Neither
+    # set: the worker polls every POLL_INTERVAL_SECONDS instead.
+    "LISTEN_DATABASE": None,
+    "LISTEN_URL": None,
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.enqueue import DB_ALIAS, KEY_MAX_LENGTH
+from leasejobs.enqueue import KEY_MAX_LENGTH, db_alias
 from leasejobs.exceptions import LeaseLost
 from leasejobs.values import one_line, stored_json
 
@@ -95,7 +95,7 @@ class JobContext:
         data_json = None if data is None else stored_json(data, f"the data of side effect {key!r}")
         fence = {"job_id": self.job_id, "attempt": self.attempt, "worker_id": self.worker_id}
         try:
-            with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+            with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
                 cursor.execute(sql.FENCE_CHECK, {"job_id": self.job_id})
                 row = cursor.fetchone()
                 if row is None or tuple(row[:3]) != (self.attempt, "running", self.worker_id):

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from leasejobs import registry
 from leasejobs.context import JobContext
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.enqueue import db_alias
 from leasejobs.exceptions import LeaseLost
 from leasejobs.models import Job
 
@@ -140,7 +140,7 @@ def _run(task: "Task", ctx: JobContext, args: Sequence[Any], kwargs: dict[str, A
     attempt that holds the job owns the outcome), so no signal is sent.
     """
     backend = task.get_backend()
-    job = Job.objects.using(DB_ALIAS).get(pk=ctx.job_id)
+    job = Job.objects.using(db_alias()).get(pk=ctx.job_id)
     result = task_result(task, job, backend.alias)
     task_started.send(type(backend), task_result=result)
     try:

@@ -18,7 +18,16 @@ from django.db import connections
 from leasejobs import conf, sql
 from leasejobs.models import Job
 
-DB_ALIAS = "default"
+
+def db_alias() -> str:
+    """The ``DATABASES`` alias holding the queue tables (``LEASEJOBS["DATABASE"]``).
+
+    Read at every call, like every setting, so ``runworker --database`` (which
+    overrides the setting for its process) and ``override_settings`` apply.
+    """
+    return str(conf.get("DATABASE"))
+
+
 QUEUE_MAX_LENGTH = 100
 KEY_MAX_LENGTH = 255
 PRIORITY_RANGE = (-100, 100)
@@ -166,7 +175,7 @@ def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetim
         "started_at": None,
         "finished_at": None,
     }
-    return Job.from_db(DB_ALIAS, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
+    return Job.from_db(db_alias(), _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
 
 #: Job's columns in model order, as ``Model.from_db`` takes them.
@@ -175,7 +184,7 @@ _JOB_FIELDS = [f.attname for f in Job._meta.concrete_fields]
 
 def insert(spec: JobSpec) -> Job:
     """Insert one job (or return the job that already has its idempotency key)."""
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.ENQUEUE,
             {
@@ -193,7 +202,7 @@ def insert(spec: JobSpec) -> Job:
         )
         row = cursor.fetchone()
     if row is None:
-        return Job.objects.using(DB_ALIAS).get(idempotency_key=spec.idempotency_key)
+        return Job.objects.using(db_alias()).get(idempotency_key=spec.idempotency_key)
     return _job(spec, row[0], row[1], row[2])
 
 
@@ -206,7 +215,7 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
     specs = list(specs)
     if not specs:
         return []
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.BULK_ENQUEUE,
             {
@@ -243,7 +252,7 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
     missing = [s.idempotency_key for s, j in zip(specs, jobs, strict=True) if j is None]
     if missing:
         existing = {
-            j.idempotency_key: j for j in Job.objects.using(DB_ALIAS).filter(idempotency_key__in=missing)
+            j.idempotency_key: j for j in Job.objects.using(db_alias()).filter(idempotency_key__in=missing)
         }
         jobs = [j if j is not None else existing[s.idempotency_key] for s, j in zip(specs, jobs, strict=True)]
     return jobs  # type: ignore[return-value]

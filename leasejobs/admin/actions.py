@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from leasejobs import conf, sql
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.enqueue import db_alias
 from leasejobs.models import Job
 
 logger = logging.getLogger("leasejobs.admin")
@@ -109,7 +109,7 @@ def select(
 
 def _execute(statement: str, params: dict[str, object]) -> list[tuple]:
     """Run one fenced statement; its rows are (id, attempt, worker, ...) per changed job."""
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall()
 

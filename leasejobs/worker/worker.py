@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from leasejobs import conf, registry
+from leasejobs import conf, pooling, registry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.store import Outcome, WorkerStore
 from leasejobs.worker import rules
@@ -52,8 +52,9 @@ class Worker:
         self.held = HeldJobs()
         self.shutdown = Shutdown(options.grace_seconds)
         self._done = threading.Event()
+        self.plan = options.connections or pooling.direct()
         interval = rules.heartbeat_interval(options.heartbeat_seconds, self.lease_seconds)
-        self.store = WorkerStore(self.worker_id, heartbeat_timeout=interval)
+        self.store = WorkerStore(self.worker_id, heartbeat_timeout=interval, pooled=self.plan.pooled)
         self.heartbeater = Heartbeater(
             self.store,
             self.held,
@@ -126,15 +127,23 @@ class Worker:
         beat = beat if o.heartbeat else "off"
         self.events.started(
             f"queues={','.join(o.queues) if o.queues else 'all'} concurrency={o.concurrency} "
-            f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat}"
+            f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat} "
+            f"{self.plan.description}"
         )
         self._warn_clamped_heartbeats()
-        self._start(
-            lambda: listen(
-                self.channel, self.worker_id, o.queues, self.claimer.wake.set, self._done, self.events
-            ),
-            "leasejobs-listener",
-        )
+        if (listen_params := self.plan.listen) is not None:
+            self._start(
+                lambda: listen(
+                    listen_params,
+                    self.channel,
+                    self.worker_id,
+                    o.queues,
+                    self.claimer.wake.set,
+                    self._done,
+                    self.events,
+                ),
+                "leasejobs-listener",
+            )
         self._start(self.heartbeater.run, "leasejobs-heartbeat")
         finisher = self._start(self.finisher.run, "leasejobs-finisher")
         for i in range(o.concurrency):

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.enqueue import db_alias
 from leasejobs.management.commands.runworker import _positive
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -74,14 +74,14 @@ class Command(BaseCommand):
         if options["pause"] < 0:
             raise CommandError("--pause must not be negative.")
         batch = options["batch_size"]
-        conn = connections[DB_ALIAS]
+        conn = connections[db_alias()]
         with conn.cursor() as cursor:
             cursor.execute("SELECT now() - make_interval(secs => %s)", [options["older_than"]])
             cutoff = cursor.fetchone()[0]
         jobs = effects = batches = 0
         started = time.monotonic()
         while True:
-            with transaction.atomic(using=DB_ALIAS), conn.cursor() as cursor:
+            with transaction.atomic(using=db_alias()), conn.cursor() as cursor:
                 cursor.execute(sql.PRUNE_PICK, {"cutoff": cutoff, "limit": batch})
                 ids = [row[0] for row in cursor.fetchall()]
                 if not ids:
