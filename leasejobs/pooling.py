@@ -24,30 +24,29 @@ class PoolingError(Exception):
     """A setting that cannot work with the database the queue is reached through."""
 
 
-#: Probes of ``detect``: one can miss a pooler whose other clients happen to
-#: hand the first backend back in between; a direct connection never fails one.
+#: Probes of ``detect``: one can miss a pooler whose other clients take the
+#: backend in between; a direct connection never fails one.
 PROBES = 5
 
 
 def detect(params: dict[str, Any]) -> bool:
     """True if connections made with ``params`` go through a transaction pooler.
 
-    On a direct connection (or a session pooler) one client connection keeps
-    one server backend. Through a transaction pooler it does not: while a
-    second client connection holds a transaction, the first one's next
-    transaction runs on another backend, and the backend the first one used
-    is usually the one lent to the second (``pg_backend_pid()`` shows both).
-    Other clients of a busy pooler can hide that in one probe, so it is
-    repeated; on a direct connection no probe can ever see it.
+    On a direct connection (or a session pooler) each client connection has
+    a backend of its own for its whole life. Through a transaction pooler
+    it does not: a second client connection is usually lent the very backend
+    the first one just gave back (``pg_backend_pid()`` shows the same pid),
+    and the first one's next transaction may run on another backend. Other
+    clients of a busy pooler can hide that in one probe, so it is repeated;
+    on a direct connection no probe can ever see it. No probe holds a
+    transaction open while another waits, so a pool of one cannot deadlock it.
     """
     params = {**params, "autocommit": True, "prepare_threshold": None}
     with psycopg.connect(**params) as first, psycopg.connect(**params) as second:
         for _ in range(PROBES):
             before = _backend(first)
-            with second.transaction():
-                held = _backend(second)
-                after = _backend(first)
-            if held == before or after != before:
+            other = _backend(second)
+            if other == before or _backend(first) != before:
                 return True
     return False
 
