@@ -89,3 +89,21 @@ def test_the_queue_lives_in_its_own_database_and_the_worker_follows_it(two_datab
     assert "Pruned 6 finished job(s)" in manage(env, "leasejobs_prune", "--older-than", "0")
     with psycopg.connect(queue) as conn:
         assert conn.execute("SELECT count(*) FROM leasejobs_job").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("alias", "message"),
+    [
+        ("default", "The leasejobs tables are missing in"),
+        ("nope", "The queue's database alias 'nope' is not in DATABASES."),
+    ],
+)
+def test_runworker_database_overrides_the_setting(two_databases, tmp_path, alias, message):
+    env = worker_env(DJANGO_SETTINGS_MODULE="tests.two_databases_settings", **two_databases)
+    manage(env, "migrate", "--noinput")  # the app's tables only: the router keeps the queue's away
+    worker = WorkerProcess(["--database", alias], tmp_path / "worker.log", env)
+    try:
+        assert worker.wait(timeout=60) == 1
+    finally:
+        worker.stop()
+    assert message in worker.log() and "Traceback" not in worker.log()

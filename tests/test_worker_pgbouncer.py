@@ -11,12 +11,15 @@ settings that cannot work through a pooler.
 from collections.abc import Callable, Iterator
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.test import Client
 
+from leasejobs import pooling
 from leasejobs.connection import database_url
 from leasejobs.models import Job
 from tests.helpers import WorkerProcess, wait_until
 from tests.pgbouncer import PgBouncer
+from tests.test_admin import act
 from tests.test_worker import (  # noqa: F401 (collected here a second time, through PgBouncer)
     job_now,
     test_a_job_of_a_killed_worker_is_taken_over_after_its_lease,
@@ -29,7 +32,8 @@ from tests.test_worker import (  # noqa: F401 (collected here a second time, thr
     test_sigterm_past_the_grace_gives_the_lease_back,
     test_without_heartbeat_or_fencing_the_slow_job_runs_twice_and_sends_twice,
 )
-from tests.testapp.tasks import record
+from tests.testapp.models import Sent
+from tests.testapp.tasks import receipt, record, until_cancelled
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +112,54 @@ def test_a_setting_that_cannot_work_through_the_pooler_stops_the_worker_in_one_s
     assert worker.wait(timeout=30) == 1
     assert message in worker.log()
     assert "Traceback" not in worker.log()
+
+
+@pytest.fixture
+def via_pgbouncer(pgbouncer: PgBouncer) -> Iterator[Callable[[], None]]:
+    """This test process's own Django connection through PgBouncer too (after its workers started)."""
+    saved = dict(connection.settings_dict)
+
+    def switch() -> None:
+        connection.close()
+        connection.settings_dict.update(
+            HOST="127.0.0.1", PORT=str(pgbouncer.port), DISABLE_SERVER_SIDE_CURSORS=True
+        )
+
+    yield switch
+    connection.close()
+    connection.settings_dict.clear()
+    connection.settings_dict.update(saved)
+
+
+def test_enqueue_side_effects_and_admin_actions_through_pgbouncer(start_worker, via_pgbouncer, admin_user):
+    worker = start_worker("--lease", "5", "--worker-id", "a")
+    worker.wait_for_log(r"worker started worker=a")
+    via_pgbouncer()
+    assert pooling.detect(connection.get_connection_params()) is True  # this process goes through it too
+    with pytest.raises(RuntimeError), transaction.atomic():
+        record.enqueue("rolled back")
+        raise RuntimeError
+    first = receipt.using(idempotency_key="order-11").enqueue(11)
+    again = receipt.using(idempotency_key="order-11").enqueue(11)
+    jobs = [first, *record.bulk_enqueue([((i,), {}) for i in range(5)])]
+    wait_until(lambda: Job.objects.filter(id__in=[j.id for j in jobs], status="done").count() == 6)
+    assert again.id == first.id and not Job.objects.filter(args=["rolled back"]).exists()
+    assert list(Sent.objects.values_list("key", "attempt")) == [("receipt:11", 1)]
+    long = until_cancelled.enqueue(60)
+    wait_until(lambda: job_now(long).status == "running", what="the long job runs")
+    client = Client()
+    client.force_login(admin_user)
+    messages = act(client, "cancel", [long])
+    assert messages, messages
+    wait_until(lambda: job_now(long).status == "cancelled", timeout=30, what="cancelled through the admin")
+
+
+def test_the_django_tasks_backend_through_pgbouncer(start_worker, via_pgbouncer):
+    pytest.importorskip("django.tasks")  # Django 6+
+    from tests.testapp import django_tasks as dtasks
+
+    start_worker("--worker-id", "a").wait_for_log(r"worker started worker=a")
+    via_pgbouncer()
+    result = dtasks.meaning_of_life.enqueue()
+    wait_until(lambda: dtasks.meaning_of_life.get_result(result.id).is_finished, what="task finished")
+    assert dtasks.meaning_of_life.get_result(result.id).return_value == 42
