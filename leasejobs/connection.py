@@ -23,6 +23,13 @@ logger = logging.getLogger("leasejobs.worker")
 #: Errors that mean "this connection is gone", not "this statement is wrong".
 CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 
+#: What a server-side prepared statement meets through a transaction pooler:
+#: another client's statement of the same name, or none on this backend.
+PREPARED_STATEMENT_ERRORS = (
+    psycopg.errors.DuplicatePreparedStatement,
+    psycopg.errors.InvalidSqlStatementName,
+)
+
 #: A worker must notice a dead link (a network cut, a host gone) in seconds,
 #: not after the kernel's 15 minutes of retransmissions: TCP keepalives probe
 #: idle connections (the listener's), ``tcp_user_timeout`` (ms) drops a
@@ -166,6 +173,19 @@ class WorkerConnection:
                     conn.execute(self._set_config, self._settings_args)
                     cursor = conn.execute(query, params)
                     return cursor.fetchall() if cursor.description else []
+            except PREPARED_STATEMENT_ERRORS as exc:
+                # A transaction pooler the start-up probe did not see (see
+                # leasejobs.pooling): go on without prepared statements.
+                self.pooled = True
+                self.close()
+                logger.warning(
+                    "prepared statements fail on the %s connection worker=%s (%s): a transaction "
+                    "pooler; reconnecting without them",
+                    self.purpose,
+                    self.worker_id,
+                    type(exc).__name__,
+                )
+                raise psycopg.OperationalError(f"prepared statements fail here: {exc}") from exc
             except CONNECTION_ERRORS:
                 if conn.closed or conn.broken:
                     self.close()
