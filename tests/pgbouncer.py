@@ -32,6 +32,8 @@ class PgBouncer:
     def __init__(
         self, server_host: str, server_port: int, *, pool_size: int = 20, max_clients: int = 400
     ) -> None:
+        if not Path(PGBOUNCER).exists():
+            raise RuntimeError("PgBouncer is not installed: apt-get install pgbouncer (.ci/run does).")
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="leasejobs-pgbouncer-"))
         self.log_path = self.dir / "pgbouncer.log"
