@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from django.db.models import QuerySet
 
 from leasejobs import conf, sql
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.models import Job
 
 logger = logging.getLogger("leasejobs.bulk")
@@ -94,7 +94,7 @@ def apply(action: str, jobs: QuerySet[Job], by: str, batch: int = BATCH) -> Outc
         }
         if change.notifies:
             params["channel"] = conf.get("NOTIFY_CHANNEL")
-        with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+        with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
             cursor.execute(change.statement, params)
             changed = cursor.fetchall()
         outcome.matched += len(rows)

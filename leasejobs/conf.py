@@ -9,10 +9,6 @@ from typing import Any
 
 from django.conf import settings
 
-#: The database alias whose connection enqueues, runs side effects and prunes;
-#: the worker's own connections copy its settings.
-DB_ALIAS = "default"
-
 DEFAULTS: dict[str, Any] = {
     # How long a claim holds a job before another worker may take it over.
     "LEASE_SECONDS": 30,
@@ -51,6 +47,15 @@ DEFAULTS: dict[str, Any] = {
     # a list of dicts with task, cron, timezone, args, kwargs, name, catch_up,
     # max_catch_up, overlap, jitter_seconds.
     "PERIODIC": [],
+    # The DATABASES alias holding the queue tables (runworker --database).
+    # Transactional enqueue needs the queue in the same database as the rows.
+    "DATABASE": "default",
+    # Where the worker LISTENs when its queue database is reached through a
+    # transaction pooler (PgBouncer, Supavisor, Neon), which cannot LISTEN: a
+    # DATABASES alias or a postgres:// URL of a direct connection. Neither
+    # set: the worker polls every POLL_INTERVAL_SECONDS instead.
+    "LISTEN_DATABASE": None,
+    "LISTEN_URL": None,
 }
 
 
@@ -63,3 +68,14 @@ def get(name: str) -> Any:
 def unknown_keys() -> list[str]:
     """Keys of LEASEJOBS that leasejobs does not know (typos, most likely)."""
     return sorted(set(getattr(settings, "LEASEJOBS", None) or {}) - set(DEFAULTS))
+
+
+def db_alias() -> str:
+    """The ``DATABASES`` alias holding the queue tables (``LEASEJOBS["DATABASE"]``).
+
+    Its connection enqueues, runs side effects, the admin's actions and
+    prunes; the worker's own connections copy its settings. Read at every
+    call, like every setting, so ``runworker --database`` (which overrides
+    the setting for its process) and ``override_settings`` apply.
+    """
+    return str(get("DATABASE"))

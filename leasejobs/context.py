@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.exceptions import LeaseLost
 from leasejobs.validators import validate_key
 from leasejobs.values import one_line, stored_json
@@ -94,7 +94,9 @@ class JobContext:
         if self._scheduled_at is None and not self._scheduled_at_read:
             from leasejobs.models import Job
 
-            key = Job.objects.using(DB_ALIAS).filter(pk=self.job_id).values_list("idempotency_key", flat=True)
+            key = (
+                Job.objects.using(db_alias()).filter(pk=self.job_id).values_list("idempotency_key", flat=True)
+            )
             self.note_idempotency_key(next(iter(key), None))
         return self._scheduled_at
 
@@ -125,7 +127,7 @@ class JobContext:
             raise self._stale(key, None)
         fence: dict[str, Any] = {"job_id": self.job_id, "attempt": self.attempt, "worker_id": self.worker_id}
         try:
-            with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+            with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
                 cursor.execute(sql.FENCE_CHECK, {"job_id": self.job_id})
                 row = cursor.fetchone()
                 if row is None or tuple(row[:3]) != (self.attempt, "running", self.worker_id):

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections
 
 from leasejobs import conf, sql, tracing
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.limits import encode_json, encode_payload
 from leasejobs.models import Job
 from leasejobs.validators import validate_key, validate_max_attempts, validate_priority, validate_queue
@@ -143,7 +143,7 @@ def _job(
         "snoozes": 0,
         "retry_policy": spec.retry_policy,
     }
-    return Job.from_db(DB_ALIAS, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
+    return Job.from_db(db_alias(), _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
 
 #: Job's columns in model order, as ``Model.from_db`` takes them.
@@ -164,7 +164,7 @@ def insert(spec: JobSpec) -> Job:
 
 
 def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.ENQUEUE,
             {
@@ -184,7 +184,7 @@ def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
         )
         row = cursor.fetchone()
     if row is None:
-        return Job.objects.using(DB_ALIAS).get(idempotency_key=spec.idempotency_key)
+        return Job.objects.using(db_alias()).get(idempotency_key=spec.idempotency_key)
     return _job(spec, row[0], row[1], row[2], trace_context)
 
 
@@ -206,7 +206,7 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
 
 
 def _insert_many(specs: list[JobSpec], trace_context: dict[str, str] | None) -> list[Job]:
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.BULK_ENQUEUE,
             {
@@ -245,7 +245,7 @@ def _insert_many(specs: list[JobSpec], trace_context: dict[str, str] | None) -> 
     missing = [s.idempotency_key for s, j in zip(specs, jobs, strict=True) if j is None]
     if missing:
         existing = {
-            j.idempotency_key: j for j in Job.objects.using(DB_ALIAS).filter(idempotency_key__in=missing)
+            j.idempotency_key: j for j in Job.objects.using(db_alias()).filter(idempotency_key__in=missing)
         }
         jobs = [j if j is not None else existing[s.idempotency_key] for s, j in zip(specs, jobs, strict=True)]
     return jobs  # type: ignore[return-value]

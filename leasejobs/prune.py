@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,14 @@ def prune(
     ``pause`` sleeps between batches; ``on_batch(number, jobs)`` is called
     after each.
     """
-    conn = connections[DB_ALIAS]
+    conn = connections[db_alias()]
     with conn.cursor() as cursor:
         cursor.execute("SELECT now() - make_interval(secs => %s)", [older_than])
         cutoff = cursor.fetchone()[0]
     jobs = effects = batches = 0
     started = time.monotonic()
     while True:
-        with transaction.atomic(using=DB_ALIAS), conn.cursor() as cursor:
+        with transaction.atomic(using=db_alias()), conn.cursor() as cursor:
             cursor.execute(sql.PRUNE_PICK, {"cutoff": cutoff, "limit": batch_size})
             ids = [row[0] for row in cursor.fetchall()]
             if not ids:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from django.db import connections
 
 from leasejobs import liveness
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 
 #: One row per (queue, status) of active jobs, plus the live-worker count on
 #: every row; a queue-less row when no job is active.
@@ -44,7 +44,7 @@ class QueueStats:
 
 def read() -> QueueStats:
     stats = QueueStats()
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(QUERY)
         for queue, status, jobs, oldest, expired, live in cursor.fetchall():
             stats.live_workers = live

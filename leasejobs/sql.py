@@ -193,8 +193,8 @@ claimed AS (
               j.trace_context, j.snoozes, j.retry_policy
 )
 SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
-       counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited, trace_context,
-       snoozes, retry_policy
+       counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited,
+       trace_context, snoozes, retry_policy
 FROM claimed
 ORDER BY priority DESC, run_at, id
 """

@@ -4,7 +4,7 @@
 place that knows what each takes and returns. A claim comes back as
 ``ClaimedRow``s, a heartbeat as ``BeatRow``s, a finish as ``FinishRow``s,
 never as tuples unpacked by position in several files. ``WorkerStore`` owns
-the worker's three connections and the session settings each needs.
+the worker's three connections and the settings each statement needs.
 """
 
 import os
@@ -31,14 +31,22 @@ LOCK_TIMEOUT_MS = 5000
 #: the queue grows. The claim connection runs nothing but the claim (and the
 #: rare start mark, a primary-key probe), so it simply takes the other plans
 #: away.
-CLAIM_SESSION = f"-c enable_seqscan=off -c enable_bitmapscan=off -c lock_timeout={LOCK_TIMEOUT_MS}"
-FINISH_SESSION = f"-c lock_timeout={LOCK_TIMEOUT_MS}"
+#:
+#: Each of these settings holds for one statement's transaction only
+#: (``set_config(..., true)``, see ``WorkerConnection``): through a
+#: transaction pooler a session setting would leak to other clients.
+CLAIM_SETTINGS = {
+    "enable_seqscan": "off",
+    "enable_bitmapscan": "off",
+    "lock_timeout": str(LOCK_TIMEOUT_MS),
+}
+FINISH_SETTINGS = {"lock_timeout": str(LOCK_TIMEOUT_MS)}
 
 
-def heartbeat_session(timeout_seconds: float) -> str:
+def heartbeat_settings(timeout_seconds: float) -> dict[str, str]:
     """A heartbeat never waits long: not on a lock, not on a slow server."""
-    ms = max(1000, int(timeout_seconds * 1000))
-    return f"-c statement_timeout={ms} -c lock_timeout={ms}"
+    ms = str(max(1000, int(timeout_seconds * 1000)))
+    return {"statement_timeout": ms, "lock_timeout": ms}
 
 
 class ClaimedRow(NamedTuple):
@@ -158,13 +166,14 @@ class WorkerStore:
     reconnects after failures; callers decide when to try again.
     """
 
-    def __init__(self, worker_id: str, *, heartbeat_timeout: float) -> None:
+    def __init__(self, worker_id: str, *, heartbeat_timeout: float, pooled: bool = False) -> None:
+        """``pooled``: the queue database is reached through a transaction pooler."""
         self.worker_id = worker_id
-        self._claim = WorkerConnection("claim", worker_id, session_settings=CLAIM_SESSION)
+        self._claim = WorkerConnection("claim", worker_id, settings=CLAIM_SETTINGS, pooled=pooled)
         self._beat = WorkerConnection(
-            "heartbeat", worker_id, session_settings=heartbeat_session(heartbeat_timeout)
+            "heartbeat", worker_id, settings=heartbeat_settings(heartbeat_timeout), pooled=pooled
         )
-        self._finish = WorkerConnection("finish", worker_id, session_settings=FINISH_SESSION)
+        self._finish = WorkerConnection("finish", worker_id, settings=FINISH_SETTINGS, pooled=pooled)
 
     def claim(
         self,

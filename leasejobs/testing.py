@@ -12,7 +12,8 @@
 They work inside a pytest-django ``db`` test (or a ``django.test.TestCase``):
 everything, claims and finishes included, happens in the test's transaction
 and is rolled back with it. A retry is due after its backoff, on the
-database clock, as in production; ``run_job(id)`` runs it at once. With pytest, the ``job_queue`` fixture (from the plugin in
+database clock, as in production; ``run_job(id)`` runs it at once. With
+pytest, the ``job_queue`` fixture (from the plugin in
 ``leasejobs.pytest_plugin``, registered on install) is this module with the
 test database enabled.
 """
@@ -30,7 +31,7 @@ from django.db.models.functions import Now
 from psycopg.pq import TransactionStatus
 
 from leasejobs import conf, registry, sql
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.context import JobContext, activate, deactivate
 from leasejobs.exceptions import LeaseLost
 from leasejobs.limits import encode_json
@@ -207,7 +208,7 @@ def _claim(queues: list[str] | None, limit: int, job_id: int | None = None) -> l
         worker_id=WORKER_ID,
         job_id=job_id,
     )
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(sql.CLAIM, params)
         return [ClaimedRow._make(row) for row in cursor.fetchall()]
 
@@ -215,7 +216,7 @@ def _claim(queues: list[str] | None, limit: int, job_id: int | None = None) -> l
 def _finish(job: HeldJob, outcome: Outcome) -> bool:
     """The worker's finish statement for one outcome, on Django's connection; False if stale."""
     delta = run_delta(started=True, counted=job.counted, snoozed=outcome.snoozed)
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(sql.FINISH, finish_params([(job.key, outcome, delta)], WORKER_ID))
         return any(FinishRow._make(row).written for row in cursor.fetchall())
 
@@ -274,7 +275,7 @@ def _run(row: ClaimedRow) -> RanJob:
         return RanJob(row.id, row.task_name, row.attempt, row.ended, error=row.last_error)
     job = _held_job(row)
     raised: Exception | None = None
-    savepoint = _SAVEPOINT() if connections[DB_ALIAS].in_atomic_block else None
+    savepoint = _SAVEPOINT() if connections[db_alias()].in_atomic_block else None
     try:
         if job.task is None:
             raise LookupError(f"unknown task {job.task_name!r}: no @task of that name is imported")
@@ -301,7 +302,7 @@ def _end_savepoint(savepoint: str | None) -> None:
     it left the transaction aborted (a failed statement), so the test goes on."""
     if savepoint is None:
         return
-    connection = connections[DB_ALIAS]
+    connection = connections[db_alias()]
     raw = connection.connection
     if connection.needs_rollback or (
         raw is not None and raw.info.transaction_status == TransactionStatus.INERROR

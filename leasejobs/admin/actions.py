@@ -28,7 +28,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from leasejobs import conf, sql
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.models import Job
 
 logger = logging.getLogger("leasejobs.admin")
@@ -121,7 +121,7 @@ def select(
         )
         return None
     shown = _shown(request)
-    current = queryset.using(DB_ALIAS).order_by("pk").values_list("pk", "status", "attempt")
+    current = queryset.using(db_alias()).order_by("pk").values_list("pk", "status", "attempt")
     rows = [shown.get(pk, Seen(pk, status, attempt)) for pk, status, attempt in current]
     targets = [s for s in rows if s.status in eligible]
     from_page = any(s.id in shown for s in rows)
@@ -131,7 +131,7 @@ def select(
 
 def _execute(statement: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run one fenced statement; its rows are (id, attempt, worker, ...) per changed job."""
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(statement, params)
         rows: list[tuple[Any, ...]] = cursor.fetchall()
     return rows

@@ -22,13 +22,13 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from leasejobs import bulk
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.models import Job
 
 
 def _database_now() -> dt.datetime:
     """The database clock at this statement (inside a test's transaction ``now()`` stands still)."""
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute("SELECT statement_timestamp()")
         now: dt.datetime = cursor.fetchone()[0]
         return now

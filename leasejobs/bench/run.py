@@ -19,7 +19,7 @@ from leasejobs.bench import raw
 from leasejobs.bench.db import CLAIM_SESSION, connect, machine
 from leasejobs.bench.tasks import HISTORY_QUEUE, NOOP, QUEUE, register_tasks
 from leasejobs.bench.workers import WorkerGroup
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 
 #: runworker's verbosity for each log level.
 VERBOSITY = {"warning": 0, "info": 1}
@@ -190,7 +190,7 @@ class Bench:
     def _commit_jobs(self, jobs: int) -> None:
         """Enqueue ``jobs`` no-op jobs in one transaction: all visible at once."""
         noop = self.tasks["noop"]
-        with transaction.atomic(using=DB_ALIAS):
+        with transaction.atomic(using=db_alias()):
             left = jobs
             while left:
                 n = min(left, 5000)

@@ -23,7 +23,7 @@ from django.db import DatabaseError, connections
 from psycopg.types.json import Jsonb
 
 from leasejobs import conf
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.periodic import sql
 from leasejobs.periodic.schedules import Schedule, job_options, load
 from leasejobs.periodic.ticks import jitter, latest_ticks, next_tick
@@ -101,14 +101,14 @@ class Scheduler:
                 type(exc).__name__,
                 (str(exc).strip().splitlines() or [""])[0],
             )
-            connections[DB_ALIAS].close()
+            connections[db_alias()].close()
             self._clock = None  # look again at every row once the database answers
             return RETRY_SECONDS
         return self._sleep()
 
     def close(self) -> None:
         """Close this thread's Django connection (call it from the same thread)."""
-        connections[DB_ALIAS].close()
+        connections[db_alias()].close()
         logger.info(
             "periodic scheduler stopped worker=%s statements=%d enqueued=%d",
             self.worker_id,
@@ -124,7 +124,7 @@ class Scheduler:
         return min(MAX_SLEEP_SECONDS, max(0.005, seconds))
 
     def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with connections[DB_ALIAS].cursor() as cursor:
+        with connections[db_alias()].cursor() as cursor:
             cursor.execute(statement, params)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
         self.statements += 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from django.db import connections
 
 from leasejobs import registry
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.models import Job, PeriodicSchedule
 from leasejobs.periodic.schedules import KEY_PREFIX, TICK_FORMAT, Schedule, load
 from leasejobs.periodic.ticks import ScheduleError, next_tick, zone
@@ -44,7 +44,7 @@ class ScheduleStatus:
 
 
 def db_now() -> dt.datetime:
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute("SELECT now()")
         now: dt.datetime = cursor.fetchone()[0]
         return now
@@ -54,8 +54,8 @@ def statuses() -> list[ScheduleStatus]:
     """Every schedule declared here or remembered by the database, by name."""
     registry.autodiscover()
     declared = {s.name: s for s in load()[0]}
-    rows = {r.name: r for r in PeriodicSchedule.objects.using(DB_ALIAS).all()}
-    jobs = Job.objects.using(DB_ALIAS).in_bulk([r.last_job_id for r in rows.values() if r.last_job_id])
+    rows = {r.name: r for r in PeriodicSchedule.objects.using(db_alias()).all()}
+    jobs = Job.objects.using(db_alias()).in_bulk([r.last_job_id for r in rows.values() if r.last_job_id])
     now = db_now()
     found = []
     for name in sorted(set(declared) | set(rows)):

@@ -50,7 +50,7 @@ from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultD
 from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.tasks_backend.results import JobFailed, task_result
 from leasejobs.validators import TASK_OPTIONS, validate_task_options
 
@@ -168,7 +168,7 @@ class LeaseJobsBackend(BaseTaskBackend):
             job_id = int(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(result_id) from None
-        job = Job.objects.using(DB_ALIAS).filter(pk=job_id).first() if 0 < job_id < 2**63 else None
+        job = Job.objects.using(db_alias()).filter(pk=job_id).first() if 0 < job_id < 2**63 else None
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         task = find(job.task_name)

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from leasejobs import retry
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.context import JobContext
 from leasejobs.errors import exception_entry
 from leasejobs.exceptions import LeaseLost
@@ -55,7 +55,7 @@ def run(task: Task, ctx: JobContext, args: Sequence[Any], kwargs: dict[str, Any]
     attempt that holds the job owns the outcome), so no signal is sent.
     """
     backend = task.get_backend()
-    job = Job.objects.using(DB_ALIAS).get(pk=ctx.job_id)
+    job = Job.objects.using(db_alias()).get(pk=ctx.job_id)
     result = task_result(task, job, backend.alias)
     task_started.send(type(backend), task_result=result)
     try:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from leasejobs import conf, registry
+from leasejobs import conf, pooling, registry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.periodic.scheduler import Scheduler
 from leasejobs.store import Outcome, WorkerStore
@@ -57,8 +57,9 @@ class Worker:
         self.held = HeldJobs()
         self.shutdown = Shutdown(options.grace_seconds)
         self._done = threading.Event()
+        self.plan = options.connections or pooling.direct()
         interval = rules.heartbeat_interval(options.heartbeat_seconds, self.lease_seconds)
-        self.store = WorkerStore(self.worker_id, heartbeat_timeout=interval)
+        self.store = WorkerStore(self.worker_id, heartbeat_timeout=interval, pooled=self.plan.pooled)
         self.heartbeater = Heartbeater(
             self.store,
             self.held,
@@ -132,15 +133,23 @@ class Worker:
         beat = beat if o.heartbeat else "off"
         self.events.started(
             f"queues={','.join(o.queues) if o.queues else 'all'} concurrency={o.concurrency} "
-            f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat}"
+            f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat} "
+            f"{self.plan.description}"
         )
         self._warn_clamped_heartbeats()
-        self._start(
-            lambda: listen(
-                self.channel, self.worker_id, o.queues, self.claimer.wake.set, self._done, self.events
-            ),
-            "leasejobs-listener",
-        )
+        if (listen_params := self.plan.listen) is not None:
+            self._start(
+                lambda: listen(
+                    listen_params,
+                    self.channel,
+                    self.worker_id,
+                    o.queues,
+                    self.claimer.wake.set,
+                    self._done,
+                    self.events,
+                ),
+                "leasejobs-listener",
+            )
         scheduler = Scheduler(self.worker_id) if o.periodic else None
         periodic = None
         if scheduler is not None and scheduler.schedules:

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connections
 
 from leasejobs import liveness, queuestats
-from leasejobs.conf import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.management.arguments import duration, non_negative_int
 
 #: This host's newest worker (or the one named), with its heartbeat age and interval.
@@ -71,7 +71,7 @@ class Command(BaseCommand):
 
     def _check_worker(self, worker_id: str | None, problems: list[str], facts: list[str]) -> None:
         hostname = socket.gethostname()
-        with connections[DB_ALIAS].cursor() as cursor:
+        with connections[db_alias()].cursor() as cursor:
             cursor.execute(WORKER, {"worker_id": worker_id, "hostname": hostname})
             row = cursor.fetchone()
         if row is None:

@@ -6,9 +6,12 @@ import sys
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
-from leasejobs import conf, observe, registry, tasks_backend
+from leasejobs import conf, observe, pooling, registry, tasks_backend
+from leasejobs.conf import db_alias
 from leasejobs.connection import connection_params
 from leasejobs.logformat import JsonFormatter
 from leasejobs.management.arguments import (
@@ -67,6 +70,11 @@ class Command(BaseCommand):
             action="store_true",
             help="Never extend leases. Unsafe: kept to reproduce the double run.",
         )
+        parser.add_argument(
+            "--database",
+            metavar="ALIAS",
+            help="The DATABASES alias holding the queue (default LEASEJOBS['DATABASE'], 'default').",
+        )
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no job is ready to claim.")
         parser.add_argument(
             "--max-jobs",
@@ -106,12 +114,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        _use_database(options["database"])
         worker_options = self._worker_options(options)
         log_format = options["log_format"] or conf.get("LOG_FORMAT")
         if log_format not in ("text", "json"):
             raise CommandError(f"LEASEJOBS['LOG_FORMAT'] must be 'text' or 'json', not {log_format!r}.")
         _configure_logging(options["verbosity"], log_format)
         self._check_database()
+        worker_options.connections = _connection_plan()
         tasks_backend.register_from(registry.autodiscover())
         worker = Worker(worker_options)
         try:
@@ -166,15 +176,39 @@ class Command(BaseCommand):
             with psycopg.connect(**params) as conn:
                 found = conn.execute("SELECT to_regclass('leasejobs_job') IS NOT NULL").fetchone()
         except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             raise CommandError(
-                f"Cannot reach the database at {where} ({reason}). Check DATABASE_URL or "
-                "DATABASES['default'] and that PostgreSQL is running."
+                f"Cannot reach the database at {where} ({_reason(exc)}). Check DATABASE_URL or "
+                f"DATABASES[{db_alias()!r}] and that PostgreSQL is running."
             ) from None
         if not (found and found[0]):
             raise CommandError(
                 f"The leasejobs tables are missing in {where}: run `python manage.py migrate` first."
             )
+
+
+def _use_database(alias: str | None) -> None:
+    """``--database``: this process's queue lives in ``alias`` (LEASEJOBS['DATABASE'] for it)."""
+    if alias is not None:
+        settings.LEASEJOBS = {**(getattr(settings, "LEASEJOBS", None) or {}), "DATABASE": alias}
+    if db_alias() not in connections.settings:
+        raise CommandError(f"The queue's database alias {db_alias()!r} is not in DATABASES.")
+
+
+def _connection_plan() -> pooling.ConnectionPlan:
+    """Detect a transaction pooler; refuse, in one sentence, settings that cannot work with it."""
+    try:
+        plan = pooling.plan()
+    except pooling.PoolingError as exc:
+        raise CommandError(str(exc)) from None
+    except psycopg.Error as exc:
+        raise CommandError(f"Cannot reach the LISTEN database ({_reason(exc)}).") from None
+    if plan.pooled and (found := pooling.problems()):
+        raise CommandError(found[0])
+    return plan
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
 
 
 def _configure_logging(verbosity: int, log_format: str) -> None:
