@@ -139,7 +139,12 @@ class WorkerConnection:
                 prepare_threshold=self._prepare_threshold(),
                 application_name=f"leasejobs {self.purpose} {self.worker_id}"[:63],
             )
-        except CONNECTION_ERRORS:
+        except CONNECTION_ERRORS as exc:
+            if not self.pooled and "unsupported startup parameter" in str(exc):
+                # A transaction pooler the start-up probe did not see refuses
+                # startup options: go on with per-transaction settings.
+                self._turn_pooled(exc)
+                return self.connect()
             self._failed()
             raise
         if self._failures:
@@ -183,15 +188,7 @@ class WorkerConnection:
             except PREPARED_STATEMENT_ERRORS as exc:
                 # A transaction pooler the start-up probe did not see (see
                 # leasejobs.pooling): go on without prepared statements.
-                self.pooled = True
-                self.close()
-                logger.warning(
-                    "prepared statements fail on the %s connection worker=%s (%s): a transaction "
-                    "pooler; reconnecting without them",
-                    self.purpose,
-                    self.worker_id,
-                    type(exc).__name__,
-                )
+                self._turn_pooled(exc)
                 raise psycopg.OperationalError(f"prepared statements fail here: {exc}") from exc
             except CONNECTION_ERRORS:
                 if conn.closed or conn.broken:
@@ -199,6 +196,18 @@ class WorkerConnection:
                     self._failed()
                     logger.warning("lost %s connection worker=%s; reconnecting", self.purpose, self.worker_id)
                 raise
+
+    def _turn_pooled(self, exc: BaseException) -> None:
+        """Go on as through a transaction pooler: no startup options, no prepared statements."""
+        self.pooled = True
+        self.close()
+        logger.warning(
+            "the %s connection worker=%s goes through a transaction pooler (%s); reconnecting "
+            "without startup options or prepared statements",
+            self.purpose,
+            self.worker_id,
+            type(exc).__name__,
+        )
 
     def close(self) -> None:
         if self._conn is not None:

@@ -19,6 +19,11 @@ env = environ.Env()
 DATABASES = {"default": env.db_url_config(localdb.database_url())}
 # Worker processes keep their connections, as in production.
 DATABASES["default"]["CONN_MAX_AGE"] = 600
+# Through a transaction pooler (tests/test_worker_pgbouncer.py): no
+# server-side cursors, whose .iterator() spans transactions.
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
+    "DJANGO_DISABLE_SERVER_SIDE_CURSORS", default=False
+)
 
 # Retries come quickly so that tests of retries do not wait.
 LEASEJOBS = {
@@ -26,6 +31,9 @@ LEASEJOBS = {
     "MAX_ATTEMPTS": 5,
     "RETRY_BACKOFF_SECONDS": 0.2,
     "RETRY_BACKOFF_MAX_SECONDS": 1.0,
+    # A direct connection for LISTEN when DATABASE_URL goes through a
+    # transaction pooler; unset: the worker polls.
+    "LISTEN_URL": env("LEASEJOBS_LISTEN_URL", default=None),
 }
 
 # The worker logs its one-line events where tests read them (the worker's log file).
