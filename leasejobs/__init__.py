@@ -10,13 +10,25 @@ from typing import Any
 
 from leasejobs.exceptions import LeaseLost
 
-__all__ = ["JobContext", "LeaseLost", "Task", "current_job", "task"]
+__all__ = [
+    "JobContext",
+    "LeaseLost",
+    "Task",
+    "current_job",
+    "pause_queue",
+    "resume_queue",
+    "set_limits",
+    "task",
+]
 
 _LAZY = {
     "task": "leasejobs.registry",
     "Task": "leasejobs.registry",
     "current_job": "leasejobs.context",
     "JobContext": "leasejobs.context",
+    "pause_queue": "leasejobs.controls",
+    "resume_queue": "leasejobs.controls",
+    "set_limits": "leasejobs.controls",
 }
 
 

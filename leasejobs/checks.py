@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.checks import Error, register
 
-from leasejobs import conf
+from leasejobs import conf, controls
 
 
 @register()
@@ -24,3 +24,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             id="leasejobs.E002",
         )
     ]
+
+
+@register()
+def check_queues(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Bad limits in LEASEJOBS["QUEUES"] stop the worker at start, in one sentence."""
+    try:
+        controls.configured()
+    except ValueError as exc:
+        return [Error(f"LEASEJOBS['QUEUES']: {exc}", id="leasejobs.E003")]
+    return []

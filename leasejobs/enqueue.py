@@ -39,6 +39,8 @@ class JobSpec:
     run_at: dt.datetime | None
     delay: float
     idempotency_key: str | None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 def encode_json(value: Any, what: str) -> str:
@@ -75,6 +77,8 @@ def build(
     run_at: dt.datetime | None = None,
     delay: float | dt.timedelta | None = None,
     idempotency_key: str | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
     args_json, kwargs_json = _payload(task_name, args, kwargs)
@@ -100,6 +104,7 @@ def build(
         raise ValueError(
             f"idempotency_key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
         )
+    _check_concurrency(task_name, concurrency_key, concurrency_limit)
     return JobSpec(
         task_name=task_name,
         args=list(args),
@@ -112,7 +117,26 @@ def build(
         run_at=run_at,
         delay=float(seconds),
         idempotency_key=idempotency_key,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit if concurrency_key is not None else None,
     )
+
+
+def _check_concurrency(task_name: str, key: str | None, limit: int | None) -> None:
+    """A concurrency key needs a limit (a whole number of at least 1) to mean anything."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"concurrency_limit of {task_name} must be a whole number of at least 1.")
+    if key is None:
+        return
+    if not isinstance(key, str) or not key or len(key) > KEY_MAX_LENGTH:
+        raise ValueError(
+            f"concurrency_key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
+        )
+    if limit is None:
+        raise ValueError(
+            f"{task_name} was given a concurrency_key but has no concurrency_limit: "
+            "declare @task(concurrency_limit=N) or pass using(concurrency_limit=N)."
+        )
 
 
 def build_many(
@@ -165,6 +189,8 @@ def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetim
         "created_at": created_at,
         "started_at": None,
         "finished_at": None,
+        "concurrency_key": spec.concurrency_key,
+        "concurrency_limit": spec.concurrency_limit,
     }
     return Job.from_db(DB_ALIAS, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
@@ -188,17 +214,28 @@ def insert(spec: JobSpec) -> Job:
                 "run_at": spec.run_at,
                 "delay": spec.delay,
                 "idempotency_key": spec.idempotency_key,
+                "concurrency_key": spec.concurrency_key,
+                "concurrency_limit": spec.concurrency_limit,
                 "channel": conf.get("NOTIFY_CHANNEL"),
             },
         )
         row = cursor.fetchone()
+        _make_key_slots(cursor, spec)
     if row is None:
         return Job.objects.using(DB_ALIAS).get(idempotency_key=spec.idempotency_key)
     return _job(spec, row[0], row[1], row[2])
 
 
+def _make_key_slots(cursor: Any, spec: JobSpec) -> None:
+    """The places of the job's concurrency key, in the same transaction as the job."""
+    if spec.concurrency_key is not None:
+        cursor.execute(sql.KEY_SLOTS, {"key": spec.concurrency_key, "limit": spec.concurrency_limit})
+
+
 def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
     """Insert many jobs in one statement; the result follows the input order.
+
+    The specs share their options (``build_many``), the concurrency key among them.
 
     A spec whose idempotency key is already taken (in the table, or earlier in
     the same batch) gives the job that holds the key.
@@ -219,10 +256,13 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
                 "run_ats": [s.run_at for s in specs],
                 "delays": [s.delay for s in specs],
                 "idempotency_keys": [s.idempotency_key for s in specs],
+                "concurrency_key": specs[0].concurrency_key,
+                "concurrency_limit": specs[0].concurrency_limit,
                 "channel": conf.get("NOTIFY_CHANNEL"),
             },
         )
         rows = cursor.fetchall()
+        _make_key_slots(cursor, specs[0])
     # Inserted rows come back in id order, which is input order (ids are
     # drawn in the order the rows are inserted); keyed rows are matched by key.
     inserted = iter(rows)

@@ -44,6 +44,9 @@ class Task:
     run_at: dt.datetime | None = None
     delay: float | dt.timedelta | None = None
     idempotency_key: str | None = None
+    #: At most this many jobs with one ``concurrency_key`` run at once.
+    concurrency_limit: int | None = None
+    concurrency_key: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -56,14 +59,22 @@ class Task:
         run_at: dt.datetime | None = None,
         delay: float | dt.timedelta | None = None,
         idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> "Task":
-        """A copy of this task that enqueues with these options."""
+        """A copy of this task that enqueues with these options.
+
+        ``concurrency_key``: at most ``concurrency_limit`` (the task's, unless
+        given here) jobs with this key run at once, across all workers.
+        """
         changes: dict[str, Any] = {
             "queue": queue,
             "priority": priority,
             "run_at": run_at,
             "delay": delay,
             "idempotency_key": idempotency_key,
+            "concurrency_key": concurrency_key,
+            "concurrency_limit": concurrency_limit,
         }
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
@@ -76,6 +87,8 @@ class Task:
             "run_at": self.run_at,
             "delay": self.delay,
             "idempotency_key": self.idempotency_key,
+            "concurrency_key": self.concurrency_key,
+            "concurrency_limit": self.concurrency_limit,
         }
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
@@ -120,11 +133,14 @@ def task(
     lease_seconds: float | None = None,
     timeout_seconds: float | None = None,
     takes_context: bool = False,
+    concurrency_limit: int | None = None,
 ) -> Any:
     """Make a function a task: ``@task`` or ``@task(queue="receipts", ...)``.
 
     The default name is the function's dotted path. With
     ``takes_context=True`` the function's first argument is the job context.
+    ``concurrency_limit=N``: at most N jobs of one ``using(concurrency_key=...)``
+    run at once, across all workers.
     """
 
     def decorate(f: Callable[..., Any]) -> Task:
@@ -140,9 +156,18 @@ def task(
             lease_seconds=lease_seconds,
             timeout_seconds=timeout_seconds,
             takes_context=takes_context,
+            concurrency_limit=concurrency_limit,
         )
         # Fail at import, not at enqueue, on an option enqueue would refuse.
-        enqueue.build(new.name, [], {}, queue=queue, priority=priority, max_attempts=max_attempts)
+        enqueue.build(
+            new.name,
+            [],
+            {},
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            concurrency_limit=concurrency_limit,
+        )
         return register(new)
 
     return decorate(func) if func is not None else decorate

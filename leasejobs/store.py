@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
-from leasejobs import sql
+from leasejobs import conf, sql
 from leasejobs.connection import WorkerConnection
 
 #: How long a claim or finish waits for a table-level lock before it gives
@@ -27,9 +27,18 @@ LOCK_TIMEOUT_MS = 5000
 #: them: 40 ms instead of 2 ms per claim at 50,000 queued jobs, and worse as
 #: the queue grows. The claim connection runs nothing but the claim (and the
 #: rare start mark, a primary-key probe), so it simply takes the other plans
-#: away.
-CLAIM_SESSION = f"-c enable_seqscan=off -c enable_bitmapscan=off -c lock_timeout={LOCK_TIMEOUT_MS}"
+#: away. The queue controls' tables are tiny and read by sequential scan
+#: all the same (there is no other plan), which the switched-off plans price
+#: at 10^10: JIT compilation would then start on every claim (seconds on a
+#: loaded machine), so JIT is off on this connection.
+CLAIM_SESSION = f"-c enable_seqscan=off -c enable_bitmapscan=off -c jit=off -c lock_timeout={LOCK_TIMEOUT_MS}"
 FINISH_SESSION = f"-c lock_timeout={LOCK_TIMEOUT_MS}"
+
+#: A limited claim looks at this many candidates per job it wants (at least
+#: ``LIMITED_SCAN_MIN``): some candidates get no place (their key's places
+#: were taken since the snapshot), and the others should still fill the runners.
+LIMITED_SCAN_FACTOR = 4
+LIMITED_SCAN_MIN = 32
 
 
 def heartbeat_session(timeout_seconds: float) -> str:
@@ -57,6 +66,9 @@ class ClaimedRow(NamedTuple):
     counted: bool
     #: The job was running under an expired lease (taken over), not queued.
     taken_over: bool
+    #: Places under concurrency limits (queue, key) this attempt holds; its
+    #: heartbeats keep the job only while it holds them all.
+    slots: int = 0
 
 
 class BeatRow(NamedTuple):
@@ -131,7 +143,34 @@ class WorkerStore:
                 "worker_id": self.worker_id,
             },
         )
-        return [ClaimedRow._make(row) for row in rows]
+        return [ClaimedRow(*row) for row in rows]
+
+    def claim_limited(
+        self,
+        *,
+        limit: int,
+        queues: list[str] | None,
+        lease_seconds: float,
+        task_leases: dict[str, float],
+    ) -> list[ClaimedRow]:
+        """Claim up to ``limit`` jobs under queue or key limits, each with its places."""
+        rows = self._claim.execute(
+            sql.CLAIM_LIMITED,
+            {
+                "queues": queues,
+                "limit": limit,
+                "scan": max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN),
+                "lease_seconds": lease_seconds,
+                "task_leases": Jsonb(task_leases),
+                "worker_id": self.worker_id,
+            },
+        )
+        return [ClaimedRow(*row) for row in rows]
+
+    def limits_apply(self, queues: list[str] | None) -> bool:
+        """Whether a queue this worker serves has a limit (and is not paused)."""
+        rows = self._claim.execute(sql.LIMITS_APPLY, {"queues": queues})
+        return bool(rows and rows[0][0])
 
     def mark_started(self, job: Attempt) -> bool:
         """Count the run of a buffered job before its body starts; False if no longer held."""
@@ -140,14 +179,17 @@ class WorkerStore:
         )
         return bool(rows)
 
-    def heartbeat(self, jobs: Sequence[tuple[Attempt, float]]) -> list[BeatRow]:
-        """Extend the lease of each (attempt, lease seconds)."""
+    def heartbeat(
+        self, jobs: Sequence[tuple[Attempt, float]], slots: Sequence[int] | None = None
+    ) -> list[BeatRow]:
+        """Extend the lease of each (attempt, lease seconds); ``slots``: places each holds."""
         rows = self._beat.execute(
             sql.HEARTBEAT,
             {
                 "ids": [a.id for a, _ in jobs],
                 "attempts": [a.attempt for a, _ in jobs],
                 "lease_seconds": [lease for _, lease in jobs],
+                "slots": list(slots) if slots is not None else [0] * len(jobs),
                 "worker_id": self.worker_id,
             },
         )
@@ -167,6 +209,7 @@ class WorkerStore:
                 "retry_delays": [o.retry_delay for _, o, _ in batch],
                 "count_runs": [int(count) for _, _, count in batch],
                 "worker_id": self.worker_id,
+                "channel": conf.get("NOTIFY_CHANNEL"),
             },
         )
         return [FinishRow._make(row) for row in rows]
@@ -180,6 +223,7 @@ class WorkerStore:
                 "attempts": [a.attempt for a, _ in jobs],
                 "refunds": [int(refund) for _, refund in jobs],
                 "worker_id": self.worker_id,
+                "channel": conf.get("NOTIFY_CHANNEL"),
             },
         )
         return {Attempt(job_id, attempt) for job_id, attempt in rows}

@@ -4,9 +4,18 @@ One CLAIM statement takes jobs for all free room at once: the idle runners
 plus a prefetch buffer sized so a buffered job starts within a tenth of a
 second (``rules.prefetch_size``). It claims again when a NOTIFY arrives, the
 buffer runs low, or the poll interval passes.
+
+Queue controls: while a queue this worker serves has a limit (or jobs with
+a concurrency key were enqueued), idle runners are first offered to
+``CLAIM_LIMITED`` (jobs under limits, each with its places), then to the
+plain claim, and nothing is prefetched: a buffered job would hold a place
+nobody works with. Whether limits apply is read at most every
+``LIMITS_REFRESH_SECONDS``; the claims themselves read the queue table, so a
+pause or a new limit applies to the next claim whatever this flag says.
 """
 
 import threading
+import time
 from collections.abc import Callable
 
 from leasejobs import registry
@@ -17,6 +26,9 @@ from leasejobs.worker import outcomes, rules
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
 from leasejobs.worker.options import WorkerOptions
+
+#: How often the worker asks whether a queue it serves has limits.
+LIMITS_REFRESH_SECONDS = 0.5
 
 
 class Claimer:
@@ -48,6 +60,8 @@ class Claimer:
             name: float(t.lease_seconds) for name, t in registry.all_tasks().items() if t.lease_seconds
         }
         self.wake = threading.Event()
+        self._limited = False
+        self._limits_read_at: float | None = None
 
     def run(self, stopping: threading.Event) -> None:
         """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
@@ -58,9 +72,17 @@ class Claimer:
                 self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
                 return
             self.wake.clear()
+            try:
+                limited = self.limits_apply()
+                if limited:
+                    self.claim_limited()
+            except CONNECTION_ERRORS as exc:
+                self.events.claim_failed(exc)
+                self.wake.wait(poll)
+                continue
             running, buffered = self.held.sizes()
             prefetch = rules.prefetch_size(
-                prefetch=self.prefetch,
+                prefetch=0 if limited else self.prefetch,
                 concurrency=o.concurrency,
                 mean_duration=self._mean_duration(),
                 lease_seconds=self.lease_seconds,
@@ -87,6 +109,31 @@ class Claimer:
                     continue  # more may be ready; claim again as soon as there is room
             self.wake.wait(poll)
 
+    def limits_apply(self) -> bool:
+        """Whether limits govern some jobs this worker may claim (read twice a second at most)."""
+        now = time.monotonic()
+        if self._limits_read_at is None or now - self._limits_read_at >= LIMITS_REFRESH_SECONDS:
+            self._limited = self.store.limits_apply(self.options.queues)
+            self._limits_read_at = now
+        return self._limited
+
+    def claim_limited(self) -> int:
+        """Offer the idle runners to jobs under limits; returns the rows claimed."""
+        running, buffered = self.held.sizes()
+        idle = self.options.concurrency - running - buffered
+        o = self.options
+        if o.max_jobs is not None:
+            idle = min(idle, o.max_jobs - self.held.claimed)
+        if idle <= 0:
+            return 0
+        rows = self.store.claim_limited(
+            limit=idle,
+            queues=self.options.queues,
+            lease_seconds=self.lease_seconds,
+            task_leases=self.task_leases,
+        )
+        return self._hold(rows)
+
     def claim(self, limit: int, counted: int) -> int:
         """Claim up to ``limit`` jobs and hand them to the runners; returns the rows claimed."""
         rows = self.store.claim(
@@ -96,6 +143,10 @@ class Claimer:
             lease_seconds=self.lease_seconds,
             task_leases=self.task_leases,
         )
+        return self._hold(rows)
+
+    def _hold(self, rows: list[ClaimedRow]) -> int:
+        """Hand claimed rows to the runners (or settle refusals); returns the rows."""
         jobs: list[HeldJob] = []
         refused: list[tuple[HeldJob, str]] = []
         for row in rows:
@@ -132,6 +183,7 @@ class Claimer:
             counted=row.counted,
             taken_over=row.taken_over,
             lease_seconds=lease,
+            slots=row.slots,
             ctx=JobContext(
                 job_id=row.id,
                 attempt=row.attempt,

@@ -63,6 +63,8 @@ class HeldJob:
     taken_over: bool
     lease_seconds: float
     ctx: JobContext
+    #: Places under concurrency limits held with the claim (see ``CLAIM_LIMITED``).
+    slots: int = 0
     phase: Phase = Phase.BUFFERED
     started: bool = False
     #: Monotonic time past which the body has timed out (None: no timeout).

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from leasejobs import conf, registry
+from leasejobs import conf, controls, registry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.store import Outcome, WorkerStore
 from leasejobs.worker import rules
@@ -129,6 +129,7 @@ class Worker:
             f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat}"
         )
         self._warn_clamped_heartbeats()
+        controls.sync_settings()
         self._start(
             lambda: listen(
                 self.channel, self.worker_id, o.queues, self.claimer.wake.set, self._done, self.events

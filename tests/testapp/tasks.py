@@ -104,3 +104,23 @@ def until_cancelled(ctx, seconds):
     while time.monotonic() < deadline and not ctx.cancel_requested:
         time.sleep(0.05)
     return "stopped" if ctx.cancel_requested else "finished"
+
+
+@task(takes_context=True)
+def journal(ctx, path, seconds):
+    """Append this body's start and end (wall clock, one machine) to a journal file.
+
+    The queue-control tests read the maximum concurrency from these lines:
+    the jobs' own account, not the queue's.
+    """
+    with open(path, "a") as f:
+        f.write(f"S {ctx.job_id} {ctx.attempt} {time.time():.6f}\n")
+    time.sleep(seconds)
+    with open(path, "a") as f:
+        f.write(f"E {ctx.job_id} {ctx.attempt} {time.time():.6f}\n")
+
+
+@task(takes_context=True, concurrency_limit=1)
+def export(ctx, path, seconds):
+    """One export per account at a time: ``export.using(concurrency_key=f"account:{id}")``."""
+    journal.func(ctx, path, seconds)
