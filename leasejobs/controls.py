@@ -40,7 +40,9 @@ class Limits:
     def rate(self) -> str | None:
         if self.rate_count is None or self.rate_seconds is None:
             return None
-        return f"{self.rate_count}/{self.rate_seconds:g}s"
+        units = {seconds: unit for unit, seconds in _UNIT_SECONDS.items()}
+        window = units.get(self.rate_seconds, f"{self.rate_seconds:g}s")
+        return f"{self.rate_count}/{window}"
 
 
 def parse_rate(text: Any) -> tuple[int, float]:

@@ -12,7 +12,10 @@ cheap on a big table:
 - the age of the oldest due job, per queue;
 - throughput: jobs finished in the last 1, 5 and 15 minutes;
 - live workers: the ``leased_by`` of jobs whose lease a heartbeat keeps
-  current (no worker table: a worker that holds no job is not seen).
+  current (no worker table: a worker that holds no job is not seen);
+- queue controls: each controlled queue, paused or not, its limits, the
+  places in use under its concurrency limit and its claims in the current
+  rate window (``leasejobs.controls.states``).
 """
 
 import datetime as dt
@@ -28,6 +31,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
+from leasejobs import controls
 from leasejobs.admin import lease
 from leasejobs.models import Job, JobOverview
 
@@ -146,6 +150,7 @@ def snapshot() -> dict[str, Any]:
         "failed_recently": throughput["failed"],
         "workers": [{**w, "beat_age": lease.human(w["beat_age"])} for w in workers],
         "expired": [(job, lease.cell(job)) for job in expired],
+        "controls": controls.states(),
     }
 
 
