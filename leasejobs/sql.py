@@ -219,8 +219,9 @@ ORDER BY priority DESC, run_at, id
 #: A concurrency or key place is held until the attempt's lease runs out
 #: (``held_until`` = ``lease_until``, renewed by each heartbeat) unless its
 #: finish or release frees it first; a rate place is held for the rate window
-#: from its claim, so any window of that length holds at most N claims. Every
-#: job claimed here goes to an idle runner, so its run counts at once.
+#: from its claim, so any window of that length holds at most N claims. As
+#: in ``CLAIM``, the first ``counted`` rows go to idle runners and count their
+#: run now; the others wait behind the worker's short prefetch buffer.
 CLAIM_LIMITED = """
 WITH ctl AS (
     SELECT name, concurrency, rate_count, rate_seconds
@@ -300,12 +301,16 @@ matched AS (
     LEFT JOIN free_ranked AS f
            ON f.kind = r.kind AND f.name = r.name AND f.rank = r.rank AND f.n <= r.lim
 ),
-chosen AS (
+granted AS (
     SELECT c.* FROM candidate AS c
     WHERE c.ended IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM matched AS m WHERE m.id = c.id AND m.n IS NULL)
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
+),
+chosen AS (
+    SELECT g.*, row_number() OVER (ORDER BY g.priority DESC, g.run_at, g.id) <= %(counted)s AS counted
+    FROM granted AS g
 ),
 durable AS (
     SELECT set_config('synchronous_commit', 'on', true) AS setting
@@ -314,7 +319,7 @@ claimed AS (
     UPDATE leasejobs_job AS j SET
         status       = COALESCE(p.ended, 'running'),
         attempt      = CASE WHEN p.ended IS NULL THEN j.attempt + 1 ELSE j.attempt END,
-        runs         = CASE WHEN p.ended IS NULL THEN j.runs + 1 ELSE j.runs END,
+        runs         = CASE WHEN p.ended IS NULL AND p.counted THEN j.runs + 1 ELSE j.runs END,
         lease_until  = CASE WHEN p.ended IS NULL
                             THEN clock_timestamp() + make_interval(secs => COALESCE(
                                 (%(task_leases)s::jsonb ->> j.task_name)::float8,
@@ -335,7 +340,7 @@ claimed AS (
     FROM chosen AS p, durable
     WHERE j.id = p.id AND durable.setting IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
-              j.queue, p.ended, j.last_error, p.taken_over, j.priority, j.run_at, j.lease_until
+              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at, j.lease_until
 ),
 taken AS (
     UPDATE leasejobs_slot AS s SET
@@ -348,22 +353,22 @@ taken AS (
     RETURNING s.job_id, s.kind
 )
 SELECT c.id, c.task_name, c.args, c.kwargs, c.attempt, c.runs, c.max_attempts, c.queue, c.ended,
-       c.last_error, true AS counted, c.taken_over,
+       c.last_error, c.counted, c.taken_over,
        (SELECT count(*) FROM taken AS t WHERE t.job_id = c.id AND t.kind <> 'rate')::int AS slots
 FROM claimed AS c
 ORDER BY c.priority DESC, c.run_at, c.id
 """
 
-#: Whether ``CLAIM_LIMITED`` may have anything to do for a worker of these
-#: queues: a limited queue that is not paused, or places of a concurrency key
-#: (made by the first enqueue with that key). Read about twice a second, not
-#: per claim.
+#: What ``CLAIM_LIMITED`` may have to do for a worker of these queues: the
+#: limited queues that are not paused, and whether concurrency keys are in
+#: use (their places are made by the first enqueue with a key). Read about
+#: twice a second, not per claim.
 LIMITS_APPLY = """
-SELECT EXISTS (
-    SELECT 1 FROM leasejobs_queue
+SELECT ARRAY(
+    SELECT name FROM leasejobs_queue
     WHERE NOT paused AND (concurrency IS NOT NULL OR rate_count IS NOT NULL)
       AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
-) OR EXISTS (SELECT 1 FROM leasejobs_slot WHERE kind = 'key')
+), EXISTS (SELECT 1 FROM leasejobs_slot WHERE kind = 'key')
 """
 
 #: Count the run of a claimed job that waited in the prefetch buffer, before

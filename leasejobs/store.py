@@ -149,6 +149,7 @@ class WorkerStore:
         self,
         *,
         limit: int,
+        counted: int,
         queues: list[str] | None,
         lease_seconds: float,
         task_leases: dict[str, float],
@@ -159,6 +160,7 @@ class WorkerStore:
             {
                 "queues": queues,
                 "limit": limit,
+                "counted": counted,
                 "scan": max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN),
                 "lease_seconds": lease_seconds,
                 "task_leases": Jsonb(task_leases),
@@ -167,10 +169,10 @@ class WorkerStore:
         )
         return [ClaimedRow(*row) for row in rows]
 
-    def limits_apply(self, queues: list[str] | None) -> bool:
-        """Whether a queue this worker serves has a limit (and is not paused)."""
-        rows = self._claim.execute(sql.LIMITS_APPLY, {"queues": queues})
-        return bool(rows and rows[0][0])
+    def limits_apply(self, queues: list[str] | None) -> tuple[list[str], bool]:
+        """``(limited queues, keys in use)``: the queues this worker serves with a limit, not paused."""
+        limited, keys = self._claim.execute(sql.LIMITS_APPLY, {"queues": queues})[0]
+        return list(limited), bool(keys)
 
     def mark_started(self, job: Attempt) -> bool:
         """Count the run of a buffered job before its body starts; False if no longer held."""

@@ -1,8 +1,8 @@
 """Queue controls as a user sees them: real runworker processes, real signals.
 
-Concurrency is read from the jobs' own journal (``tests.testapp.tasks.journal``
-appends a start and an end line per body), never from the queue's tables:
-the question is how many bodies ran at once, not what the queue believes.
+Concurrency is read from the jobs' own journal (``tests.journal``), never
+from the queue's tables: the question is how many bodies ran at once, not
+what the queue believes.
 Rates are read from the database's claim times (``started_at``), the clock
 the limit is defined on.
 """
@@ -20,38 +20,9 @@ from django.test import override_settings
 from leasejobs import controls
 from leasejobs.models import Job, Slot
 from tests.helpers import ROOT, wait_until, worker_env
+from tests.journal import max_concurrency, most_at_once
+from tests.journal import read as read_journal
 from tests.testapp.tasks import export, journal
-
-# -- reading the journal ---------------------------------------------------------
-
-
-def read_journal(path: Path) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
-    """``(starts, ends)``, each keyed by (job id, attempt)."""
-    starts: dict[tuple[int, int], float] = {}
-    ends: dict[tuple[int, int], float] = {}
-    if not path.exists():
-        return starts, ends
-    for line in path.read_text().splitlines():
-        kind, job_id, attempt, at = line.split()
-        (starts if kind == "S" else ends)[(int(job_id), int(attempt))] = float(at)
-    return starts, ends
-
-
-def max_concurrency(path: Path, *, open_until: float | None = None, since: float = 0.0) -> int:
-    """The most bodies running at one instant; a body with no end runs until ``open_until``."""
-    starts, ends = read_journal(path)
-    events: list[tuple[float, int]] = []
-    for key, start in starts.items():
-        end = ends.get(key, open_until if open_until is not None else float("inf"))
-        if end < since:
-            continue
-        events += [(max(start, since), 1), (end, -1)]
-    events.sort(key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
-    running = most = 0
-    for _, step in events:
-        running += step
-        most = max(most, running)
-    return most
 
 
 def done(queue: str | None = None) -> int:
@@ -91,7 +62,7 @@ def test_eight_workers_of_sixteen_threads_never_run_four_jobs_of_a_queue_limited
         worker.signal(signal.SIGTERM)
     for worker in workers:
         assert worker.wait(timeout=60) == 0, worker.log()[-2000:]
-    _, ends = read_journal(path)
+    _, ends, _ = read_journal(path)
     assert len(ends) >= 1000, f"only {len(ends)} jobs ran in a minute"
     assert max_concurrency(path) == 3
     assert sum(w.count(r"claimed job=") for w in workers) >= 1000
@@ -114,7 +85,7 @@ def test_a_sigkilled_workers_place_is_free_once_its_lease_runs_out(start_worker,
     assert place_holder("concurrency", "pdf") == [(first.id, 1)]
     other = start_worker("--concurrency", "4", "--queue", "pdf", "--lease", "3")
     wait_until(lambda: done("pdf") >= 3, timeout=60, what="the waiting jobs to run")
-    starts, _ = read_journal(path)
+    starts, _, _ = read_journal(path)
     later = sorted(at for (job_id, _), at in starts.items() if job_id != first.id)
     # Nothing started while the killed attempt's lease ran (3 s from its last heartbeat).
     assert later[0] > killed_at + 1.0, later[0] - killed_at
@@ -144,7 +115,7 @@ def test_a_stopped_slot_holder_loses_its_place_and_its_finish_frees_nothing_of_t
     stopped.wait_for_log(rf"lease lost job={job.id} attempt=1 ", timeout=30)
     assert place_holder("concurrency", "pdf") == [(job.id, 2)]
     wait_until(lambda: done("pdf") == 2, timeout=60, what="both jobs done")
-    starts, ends = read_journal(path)
+    starts, ends, _ = read_journal(path)
     second = next(key for key in starts if key[0] != job.id)
     # The queued job started only after the new holder (attempt 2) ended.
     assert starts[second] >= ends[(job.id, 2)]
@@ -165,7 +136,7 @@ def test_pause_during_a_drain_stops_new_starts_within_a_second_and_resume_finish
     controls.pause_queue("mail")
     paused_at = time.time()
     time.sleep(3)
-    starts, _ = read_journal(path)
+    starts, _, _ = read_journal(path)
     assert max(starts.values()) < paused_at + 1.0, max(starts.values()) - paused_at
     assert Job.objects.filter(queue="mail", status="running").count() == 0  # running jobs finished
     queued = Job.objects.filter(queue="mail", status="queued").count()
@@ -219,16 +190,8 @@ def test_limits_changed_at_run_time_apply_to_the_next_claims(start_worker, tmp_p
     for worker in workers:
         worker.signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0
-    starts, ends = read_journal(path)
-    before = tmp_path / "before"
-    before.write_text(
-        "".join(
-            f"S {k[0]} {k[1]} {s}\nE {k[0]} {k[1]} {ends[k]}\n"
-            for k, s in starts.items()
-            if k in ends and ends[k] < raised_at
-        )
-    )
-    assert max_concurrency(before) == 1
+    starts, ends, _ = read_journal(path)
+    assert most_at_once([(s, ends[k]) for k, s in starts.items() if ends[k] < raised_at]) == 1
     assert max_concurrency(path) == 3  # raised: the workers used the new room
     assert max_concurrency(path, since=settled) == 2
 

@@ -6,16 +6,13 @@ second (``rules.prefetch_size``). It claims again when a NOTIFY arrives, the
 buffer runs low, or the poll interval passes.
 
 Queue controls: while a queue this worker serves has a limit (or jobs with
-a concurrency key were enqueued), idle runners are first offered to
-``CLAIM_LIMITED`` (jobs under limits, each with its places), then to the
-plain claim, and nothing is prefetched: a buffered job would hold a place
-nobody works with. Whether limits apply is read at most every
-``LIMITS_REFRESH_SECONDS``; the claims themselves read the queue table, so a
-pause or a new limit applies to the next claim whatever this flag says.
+a concurrency key were enqueued), the runners not busy are first offered to
+``CLAIM_LIMITED`` (jobs under limits, each with its places), when the
+``LimitGate`` says it may find work; then the plain claim fills the rest.
+A job under limits waits at most behind the short prefetch buffer.
 """
 
 import threading
-import time
 from collections.abc import Callable
 
 from leasejobs import registry
@@ -25,10 +22,8 @@ from leasejobs.store import Attempt, ClaimedRow, Outcome, WorkerStore
 from leasejobs.worker import outcomes, rules
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.limits import LimitGate
 from leasejobs.worker.options import WorkerOptions
-
-#: How often the worker asks whether a queue it serves has limits.
-LIMITS_REFRESH_SECONDS = 0.5
 
 
 class Claimer:
@@ -60,8 +55,12 @@ class Claimer:
             name: float(t.lease_seconds) for name, t in registry.all_tasks().items() if t.lease_seconds
         }
         self.wake = threading.Event()
-        self._limited = False
-        self._limits_read_at: float | None = None
+        self.limits = LimitGate(store, options.queues, float(options.poll_interval))
+
+    def notified(self, queue: str | None) -> None:
+        """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected)."""
+        self.limits.notified(queue)
+        self.wake.set()
 
     def run(self, stopping: threading.Event) -> None:
         """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
@@ -73,8 +72,7 @@ class Claimer:
                 return
             self.wake.clear()
             try:
-                limited = self.limits_apply()
-                if limited:
+                if self.limits.refresh() and self.limits.due():
                     self.claim_limited()
             except CONNECTION_ERRORS as exc:
                 self.events.claim_failed(exc)
@@ -82,7 +80,7 @@ class Claimer:
                 continue
             running, buffered = self.held.sizes()
             prefetch = rules.prefetch_size(
-                prefetch=0 if limited else self.prefetch,
+                prefetch=self.prefetch,
                 concurrency=o.concurrency,
                 mean_duration=self._mean_duration(),
                 lease_seconds=self.lease_seconds,
@@ -98,6 +96,9 @@ class Claimer:
             if room >= worth:
                 try:
                     got = self.claim(room, counted)
+                    # --burst: nothing held, so no place of ours is held either; a last look.
+                    if got == 0 and o.burst and self.held.empty() and self.limits.active:
+                        got = self.claim_limited()
                 except CONNECTION_ERRORS as exc:
                     self.events.claim_failed(exc)
                     self.wake.wait(poll)
@@ -109,29 +110,27 @@ class Claimer:
                     continue  # more may be ready; claim again as soon as there is room
             self.wake.wait(poll)
 
-    def limits_apply(self) -> bool:
-        """Whether limits govern some jobs this worker may claim (read twice a second at most)."""
-        now = time.monotonic()
-        if self._limits_read_at is None or now - self._limits_read_at >= LIMITS_REFRESH_SECONDS:
-            self._limited = self.store.limits_apply(self.options.queues)
-            self._limits_read_at = now
-        return self._limited
-
     def claim_limited(self) -> int:
-        """Offer the idle runners to jobs under limits; returns the rows claimed."""
-        running, buffered = self.held.sizes()
-        idle = self.options.concurrency - running - buffered
+        """Offer the runners not busy to jobs under limits; returns the rows claimed."""
         o = self.options
-        if o.max_jobs is not None:
-            idle = min(idle, o.max_jobs - self.held.claimed)
-        if idle <= 0:
+        running, buffered = self.held.sizes()
+        room, counted = rules.limited_claim_size(
+            concurrency=o.concurrency,
+            running=running,
+            buffered=buffered,
+            claimed=self.held.claimed,
+            max_jobs=o.max_jobs,
+        )
+        if room <= 0:
             return 0
         rows = self.store.claim_limited(
-            limit=idle,
-            queues=self.options.queues,
+            limit=room,
+            counted=counted,
+            queues=o.queues,
             lease_seconds=self.lease_seconds,
             task_leases=self.task_leases,
         )
+        self.limits.claimed(len(rows), room)
         return self._hold(rows)
 
     def claim(self, limit: int, counted: int) -> int:

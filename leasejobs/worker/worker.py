@@ -132,7 +132,7 @@ class Worker:
         controls.sync_settings()
         self._start(
             lambda: listen(
-                self.channel, self.worker_id, o.queues, self.claimer.wake.set, self._done, self.events
+                self.channel, self.worker_id, o.queues, self.claimer.notified, self._done, self.events
             ),
             "leasejobs-listener",
         )

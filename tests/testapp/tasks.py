@@ -9,6 +9,7 @@ import signal
 import time
 
 from leasejobs import current_job, task
+from tests.journal import note
 from tests.testapp.models import BodyRun, Sent
 
 
@@ -108,16 +109,10 @@ def until_cancelled(ctx, seconds):
 
 @task(takes_context=True)
 def journal(ctx, path, seconds):
-    """Append this body's start and end (wall clock, one machine) to a journal file.
-
-    The queue-control tests read the maximum concurrency from these lines:
-    the jobs' own account, not the queue's.
-    """
-    with open(path, "a") as f:
-        f.write(f"S {ctx.job_id} {ctx.attempt} {time.time():.6f}\n")
+    """Note this body's start and end in a journal file (``tests.journal``), sleeping between."""
+    note(path, "S", ctx)
     time.sleep(seconds)
-    with open(path, "a") as f:
-        f.write(f"E {ctx.job_id} {ctx.attempt} {time.time():.6f}\n")
+    note(path, "E", ctx)
 
 
 @task(takes_context=True, concurrency_limit=1)
