@@ -103,6 +103,32 @@ ON CONFLICT (kind, name, n) DO NOTHING
 
 # -- claim -------------------------------------------------------------------
 
+#: What a claim writes to each row ``p`` it took: a new attempt holding a
+#: fresh lease, or the end of a job that must not run again (``p.ended``).
+#: ``p.counted``: its run counts now. Shared by ``CLAIM`` and ``CLAIM_LIMITED``.
+_CLAIM_SET = """
+        status       = COALESCE(p.ended, 'running'),
+        attempt      = CASE WHEN p.ended IS NULL THEN j.attempt + 1 ELSE j.attempt END,
+        runs         = CASE WHEN p.ended IS NULL AND p.counted THEN j.runs + 1 ELSE j.runs END,
+        lease_until  = CASE WHEN p.ended IS NULL
+                            THEN clock_timestamp() + make_interval(secs => COALESCE(
+                                (%(task_leases)s::jsonb ->> j.task_name)::float8,
+                                %(lease_seconds)s)) END,
+        leased_by    = CASE WHEN p.ended IS NULL THEN %(worker_id)s ELSE j.leased_by END,
+        heartbeat_at = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.heartbeat_at END,
+        started_at   = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.started_at END,
+        finished_at  = CASE WHEN p.ended IS NULL THEN NULL ELSE clock_timestamp() END,
+        worker_ids   = CASE WHEN p.ended IS NULL
+                            THEN j.worker_ids || to_jsonb(%(worker_id)s::text) ELSE j.worker_ids END,
+        last_error   = CASE p.ended
+                            WHEN 'failed' THEN 'lease expired on the last run (' || j.runs || ' of '
+                                 || j.max_attempts || '): worker ' || j.leased_by
+                                 || ' stopped heartbeating'
+                            WHEN 'cancelled' THEN 'cancelled: its worker ' || j.leased_by
+                                 || ' stopped before the job ended'
+                            ELSE j.last_error END
+"""
+
 #: Claim up to ``limit`` jobs for this worker in one statement.
 #:
 #: Claimable: queued and due, or running with an expired lease (its worker
@@ -139,7 +165,8 @@ ON CONFLICT (kind, name, n) DO NOTHING
 #: once per statement, so a pause applies to the very next claim); those
 #: are ``CLAIM_LIMITED``'s. With no queue row and no key, this is the claim
 #: it always was, plus one look at an empty table.
-CLAIM = """
+CLAIM = (
+    """
 WITH picked AS (
     SELECT id, priority, run_at, status = 'running' AS taken_over,
            CASE WHEN cancel_requested THEN 'cancelled'
@@ -165,27 +192,9 @@ durable AS (
 ),
 claimed AS (
     UPDATE leasejobs_job AS j SET
-        status       = COALESCE(p.ended, 'running'),
-        attempt      = CASE WHEN p.ended IS NULL THEN j.attempt + 1 ELSE j.attempt END,
-        runs         = CASE WHEN p.ended IS NULL AND p.counted THEN j.runs + 1 ELSE j.runs END,
-        lease_until  = CASE WHEN p.ended IS NULL
-                            THEN clock_timestamp() + make_interval(secs => COALESCE(
-                                (%(task_leases)s::jsonb ->> j.task_name)::float8,
-                                %(lease_seconds)s)) END,
-        leased_by    = CASE WHEN p.ended IS NULL THEN %(worker_id)s ELSE j.leased_by END,
-        heartbeat_at = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.heartbeat_at END,
-        started_at   = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.started_at END,
-        finished_at  = CASE WHEN p.ended IS NULL THEN NULL ELSE clock_timestamp() END,
-        worker_ids   = CASE WHEN p.ended IS NULL
-                            THEN j.worker_ids || to_jsonb(%(worker_id)s::text) ELSE j.worker_ids END,
-        last_error   = CASE p.ended
-                            WHEN 'failed' THEN 'lease expired on the last run (' || j.runs || ' of '
-                                 || j.max_attempts || '): worker ' || j.leased_by
-                                 || ' stopped heartbeating'
-                            WHEN 'cancelled' THEN 'cancelled: its worker ' || j.leased_by
-                                 || ' stopped before the job ended'
-                            ELSE j.last_error END
-    FROM ranked AS p, durable
+"""
+    + _CLAIM_SET
+    + """    FROM ranked AS p, durable
     WHERE j.id = p.id AND durable.setting IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
               j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at
@@ -195,6 +204,7 @@ SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, l
 FROM claimed
 ORDER BY priority DESC, run_at, id
 """
+)
 
 #: Claim up to ``limit`` jobs that a limit governs: jobs of queues with a
 #: concurrency or rate limit (not paused), and jobs with a concurrency key.
@@ -222,7 +232,8 @@ ORDER BY priority DESC, run_at, id
 #: from its claim, so any window of that length holds at most N claims. As
 #: in ``CLAIM``, the first ``counted`` rows go to idle runners and count their
 #: run now; the others wait behind the worker's short prefetch buffer.
-CLAIM_LIMITED = """
+CLAIM_LIMITED = (
+    """
 WITH ctl AS (
     SELECT name, concurrency, rate_count, rate_seconds
     FROM leasejobs_queue
@@ -317,27 +328,9 @@ durable AS (
 ),
 claimed AS (
     UPDATE leasejobs_job AS j SET
-        status       = COALESCE(p.ended, 'running'),
-        attempt      = CASE WHEN p.ended IS NULL THEN j.attempt + 1 ELSE j.attempt END,
-        runs         = CASE WHEN p.ended IS NULL AND p.counted THEN j.runs + 1 ELSE j.runs END,
-        lease_until  = CASE WHEN p.ended IS NULL
-                            THEN clock_timestamp() + make_interval(secs => COALESCE(
-                                (%(task_leases)s::jsonb ->> j.task_name)::float8,
-                                %(lease_seconds)s)) END,
-        leased_by    = CASE WHEN p.ended IS NULL THEN %(worker_id)s ELSE j.leased_by END,
-        heartbeat_at = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.heartbeat_at END,
-        started_at   = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.started_at END,
-        finished_at  = CASE WHEN p.ended IS NULL THEN NULL ELSE clock_timestamp() END,
-        worker_ids   = CASE WHEN p.ended IS NULL
-                            THEN j.worker_ids || to_jsonb(%(worker_id)s::text) ELSE j.worker_ids END,
-        last_error   = CASE p.ended
-                            WHEN 'failed' THEN 'lease expired on the last run (' || j.runs || ' of '
-                                 || j.max_attempts || '): worker ' || j.leased_by
-                                 || ' stopped heartbeating'
-                            WHEN 'cancelled' THEN 'cancelled: its worker ' || j.leased_by
-                                 || ' stopped before the job ended'
-                            ELSE j.last_error END
-    FROM chosen AS p, durable
+"""
+    + _CLAIM_SET
+    + """    FROM chosen AS p, durable
     WHERE j.id = p.id AND durable.setting IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
               j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at, j.lease_until
@@ -358,6 +351,7 @@ SELECT c.id, c.task_name, c.args, c.kwargs, c.attempt, c.runs, c.max_attempts, c
 FROM claimed AS c
 ORDER BY c.priority DESC, c.run_at, c.id
 """
+)
 
 #: What ``CLAIM_LIMITED`` may have to do for a worker of these queues: the
 #: limited queues that are not paused, and whether concurrency keys are in
@@ -436,7 +430,7 @@ renewed AS (
 places AS (
     UPDATE leasejobs_slot AS s SET held_until = r.lease_until
     FROM renewed AS r
-    WHERE s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
+    WHERE %(slotted)s AND s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
 )
 SELECT h.id, h.attempt,
        r.id IS NOT NULL AS renewed,
@@ -475,6 +469,8 @@ LEFT JOIN LATERAL (
 #: A written attempt frees the concurrency and key places it holds (matched
 #: on job AND attempt, so a stale attempt never frees a newer one's place)
 #: and NOTIFYs its queue, so workers waiting on that limit claim at once.
+#: ``slotted`` false (no attempt of the batch holds a place) skips that part
+#: whole (a one-time filter): a batch of plain jobs does no more than before.
 FINISH = """
 WITH outcome AS (
     SELECT *
@@ -517,7 +513,7 @@ written AS (
 freed AS (
     UPDATE leasejobs_slot AS s SET job_id = NULL, attempt = NULL, held_until = NULL
     FROM written AS w
-    WHERE s.job_id = w.id AND s.attempt = w.attempt AND s.kind <> 'rate'
+    WHERE %(slotted)s AND s.job_id = w.id AND s.attempt = w.attempt AND s.kind <> 'rate'
     RETURNING w.queue
 ),
 woken AS (
@@ -564,7 +560,7 @@ released AS (
 freed AS (
     UPDATE leasejobs_slot AS s SET job_id = NULL, attempt = NULL, held_until = NULL
     FROM released AS r
-    WHERE s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
+    WHERE %(slotted)s AND s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
     RETURNING r.queue
 ),
 woken AS (

@@ -130,43 +130,24 @@ class WorkerStore:
         queues: list[str] | None,
         lease_seconds: float,
         task_leases: dict[str, float],
+        limited: bool = False,
     ) -> list[ClaimedRow]:
-        """Claim up to ``limit`` jobs; the first ``counted`` count their run now."""
-        rows = self._claim.execute(
-            sql.CLAIM,
-            {
-                "queues": queues,
-                "limit": limit,
-                "counted": counted,
-                "lease_seconds": lease_seconds,
-                "task_leases": Jsonb(task_leases),
-                "worker_id": self.worker_id,
-            },
-        )
-        return [ClaimedRow(*row) for row in rows]
+        """Claim up to ``limit`` jobs; the first ``counted`` count their run now.
 
-    def claim_limited(
-        self,
-        *,
-        limit: int,
-        counted: int,
-        queues: list[str] | None,
-        lease_seconds: float,
-        task_leases: dict[str, float],
-    ) -> list[ClaimedRow]:
-        """Claim up to ``limit`` jobs under queue or key limits, each with its places."""
-        rows = self._claim.execute(
-            sql.CLAIM_LIMITED,
-            {
-                "queues": queues,
-                "limit": limit,
-                "counted": counted,
-                "scan": max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN),
-                "lease_seconds": lease_seconds,
-                "task_leases": Jsonb(task_leases),
-                "worker_id": self.worker_id,
-            },
-        )
+        ``limited``: jobs under queue or key limits, each with its places
+        (``CLAIM_LIMITED``), instead of the plain jobs (``CLAIM``).
+        """
+        params = {
+            "queues": queues,
+            "limit": limit,
+            "counted": counted,
+            "lease_seconds": lease_seconds,
+            "task_leases": Jsonb(task_leases),
+            "worker_id": self.worker_id,
+        }
+        if limited:
+            params["scan"] = max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN)
+        rows = self._claim.execute(sql.CLAIM_LIMITED if limited else sql.CLAIM, params)
         return [ClaimedRow(*row) for row in rows]
 
     def limits_apply(self, queues: list[str] | None) -> tuple[list[str], bool]:
@@ -192,13 +173,19 @@ class WorkerStore:
                 "attempts": [a.attempt for a, _ in jobs],
                 "lease_seconds": [lease for _, lease in jobs],
                 "slots": list(slots) if slots is not None else [0] * len(jobs),
+                "slotted": slots is not None and any(slots),
                 "worker_id": self.worker_id,
             },
         )
         return [BeatRow._make(row) for row in rows]
 
-    def finish(self, batch: Sequence[tuple[Attempt, Outcome, bool]]) -> list[FinishRow]:
-        """Write outcomes; each (attempt, outcome, count the run now)."""
+    def finish(
+        self, batch: Sequence[tuple[Attempt, Outcome, bool]], *, slotted: bool = True
+    ) -> list[FinishRow]:
+        """Write outcomes; each (attempt, outcome, count the run now).
+
+        ``slotted`` false: no attempt of the batch holds a place under a limit.
+        """
         rows = self._finish.execute(
             sql.FINISH,
             {
@@ -212,12 +199,16 @@ class WorkerStore:
                 "count_runs": [int(count) for _, _, count in batch],
                 "worker_id": self.worker_id,
                 "channel": conf.get("NOTIFY_CHANNEL"),
+                "slotted": slotted,
             },
         )
         return [FinishRow._make(row) for row in rows]
 
-    def release(self, jobs: Sequence[tuple[Attempt, bool]]) -> set[Attempt]:
-        """Give leases back; each (attempt, refund the run counted at its claim)."""
+    def release(self, jobs: Sequence[tuple[Attempt, bool]], *, slotted: bool = True) -> set[Attempt]:
+        """Give leases back; each (attempt, refund the run counted at its claim).
+
+        ``slotted`` false: no attempt given back holds a place under a limit.
+        """
         rows = self._finish.execute(
             sql.RELEASE,
             {
@@ -226,6 +217,7 @@ class WorkerStore:
                 "refunds": [int(refund) for _, refund in jobs],
                 "worker_id": self.worker_id,
                 "channel": conf.get("NOTIFY_CHANNEL"),
+                "slotted": slotted,
             },
         )
         return {Attempt(job_id, attempt) for job_id, attempt in rows}

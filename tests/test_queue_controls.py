@@ -149,25 +149,22 @@ def test_pause_during_a_drain_stops_new_starts_within_a_second_and_resume_finish
         assert worker.wait(timeout=60) == 0
 
 
-def test_pause_and_resume_from_the_command_line(transactional_db):
-    env = worker_env()
-    for action in ("pause", "resume"):
-        out = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), "leasejobs_queue", action, "mail"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stderr
-        assert f"queue mail {action}d" in out.stdout
-    listing = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "leasejobs_queue", "list"],
-        env=env,
+def manage(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=env or worker_env(),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_pause_and_resume_from_the_command_line(transactional_db):
+    for action in ("pause", "resume"):
+        out = manage("leasejobs_queue", action, "mail")
+        assert out.returncode == 0, out.stderr
+        assert f"queue mail {action}d" in out.stdout
+    listing = manage("leasejobs_queue", "list")
     assert "mail" in listing.stdout and "active" in listing.stdout
 
 
@@ -264,13 +261,6 @@ def test_bad_limits_are_refused_with_one_sentence():
 
 
 def test_runworker_refuses_to_start_with_a_bad_rate(transactional_db):
-    env = worker_env(DJANGO_SETTINGS_MODULE="tests.settings_bad_queues")
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "runworker", "--burst"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = manage("runworker", "--burst", env=worker_env(DJANGO_SETTINGS_MODULE="tests.settings_bad_queues"))
     assert out.returncode != 0
     assert "LEASEJOBS['QUEUES']: queue 'email': rate 'lots' is not of the form" in out.stderr

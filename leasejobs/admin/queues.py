@@ -72,20 +72,25 @@ class QueueForm(forms.ModelForm):
         return queue
 
 
-@admin.action(description="Pause the selected queues (running jobs finish)")
-def pause(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+def _set_paused(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Queue], paused: bool
+) -> None:
     names = list(queryset.values_list("name", flat=True))
     for name in names:
-        controls.pause_queue(name)
-    modeladmin.message_user(request, f"Paused: {', '.join(names)}.", messages.SUCCESS)
+        (controls.pause_queue if paused else controls.resume_queue)(name)
+    modeladmin.message_user(
+        request, f"{'Paused' if paused else 'Resumed'}: {', '.join(names)}.", messages.SUCCESS
+    )
+
+
+@admin.action(description="Pause the selected queues (running jobs finish)")
+def pause(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+    _set_paused(modeladmin, request, queryset, True)
 
 
 @admin.action(description="Resume the selected queues")
 def resume(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
-    names = list(queryset.values_list("name", flat=True))
-    for name in names:
-        controls.resume_queue(name)
-    modeladmin.message_user(request, f"Resumed: {', '.join(names)}.", messages.SUCCESS)
+    _set_paused(modeladmin, request, queryset, False)
 
 
 @admin.register(Queue)

@@ -123,12 +123,13 @@ class Claimer:
         )
         if room <= 0:
             return 0
-        rows = self.store.claim_limited(
+        rows = self.store.claim(
             limit=room,
             counted=counted,
             queues=o.queues,
             lease_seconds=self.lease_seconds,
             task_leases=self.task_leases,
+            limited=True,
         )
         self.limits.claimed(len(rows), room)
         return self._hold(rows)

@@ -80,7 +80,10 @@ class Finisher:
             return self._write_unstorable(batch[0], exc)
 
     def _write_batch(self, batch: list[HeldJob]) -> list[HeldJob]:
-        rows = self.store.finish([(job.key, _outcome(job), job.started and not job.counted) for job in batch])
+        rows = self.store.finish(
+            [(job.key, _outcome(job), job.started and not job.counted) for job in batch],
+            slotted=any(job.slots for job in batch),
+        )
         written = {(r.id, r.attempt) for r in rows if r.written}
         locked = {(r.id, r.attempt) for r in rows if not r.written}
         waiting = []

@@ -213,7 +213,9 @@ class Worker:
         for job in jobs:
             job.ctx.mark_lease_lost()
         try:
-            released = self.store.release([(j.key, j.counted and not j.started) for j in jobs])
+            released = self.store.release(
+                [(j.key, j.counted and not j.started) for j in jobs], slotted=any(j.slots for j in jobs)
+            )
         except CONNECTION_ERRORS as exc:
             self.events.release_failed(len(jobs), exc)
             return

@@ -26,7 +26,7 @@ from tests.chaos.tasks import journaled_effect
 from tests.helpers import WorkerProcess
 from tests.journal import most_at_once, read
 
-JOBS = 150
+JOBS = 300
 WORKERS = 4
 LIMIT = 3
 LEASE = 1.0
