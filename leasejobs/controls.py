@@ -149,9 +149,45 @@ def _notify(cursor: Any, name: str) -> None:
     cursor.execute("SELECT pg_notify(%s, %s)", [conf.get("NOTIFY_CHANNEL"), name])
 
 
+#: Queues whose places do not cover their limits (a limit raised by hand in the table).
+_MISSING_SLOTS = """
+SELECT EXISTS (
+    SELECT 1 FROM leasejobs_queue AS q
+    WHERE (q.concurrency IS NOT NULL AND q.concurrency > (
+              SELECT count(*) FROM leasejobs_slot AS s
+              WHERE s.kind = 'concurrency' AND s.name = q.name AND s.n <= q.concurrency))
+       OR (q.rate_count IS NOT NULL AND q.rate_count > (
+              SELECT count(*) FROM leasejobs_slot AS s
+              WHERE s.kind = 'rate' AND s.name = q.name AND s.n <= q.rate_count))
+)
+"""
+
+
+def settings_differ(queues: dict[str, Limits]) -> bool:
+    """Whether the table must change to match the settings (read only: workers with
+    the least privileges only need SELECT on the queue table while nothing changes)."""
+    with connections[DB_ALIAS].cursor() as cursor:
+        cursor.execute(
+            "SELECT name, concurrency, rate_count, rate_seconds, limits_from_settings FROM leasejobs_queue"
+        )
+        rows = {
+            name: (Limits(conc, count, secs), ours) for name, conc, count, secs, ours in cursor.fetchall()
+        }
+        cursor.execute(_MISSING_SLOTS)
+        (missing,) = cursor.fetchone()
+    if missing:
+        return True
+    for name, limits in queues.items():
+        if name not in rows or (rows[name][1] and rows[name][0] != limits):
+            return True
+    return any(ours and limits != Limits() and name not in queues for name, (limits, ours) in rows.items())
+
+
 def sync_settings() -> None:
     """Write LEASEJOBS["QUEUES"] to the queue table (a worker does this at start)."""
     queues = configured()
+    if not settings_differ(queues):
+        return
     with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
         for name, limits in sorted(queues.items()):
             cursor.execute(_SYNC_ROW, {"name": name, **_columns(limits)})

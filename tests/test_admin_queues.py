@@ -75,3 +75,21 @@ def test_the_job_page_shows_the_key_it_waits_on(admin_client, db):
     job = export.using(concurrency_key="account:42").enqueue("/dev/null", 0)
     text = text_of(admin_client, f"/admin/leasejobs/job/{job.pk}/change/")
     assert "account:42: 0 of 1 running" in text
+
+
+def test_settings_already_in_the_table_are_not_written_again(db, settings):
+    """A worker's start writes the queue table only when it differs (least-privileged roles only read it)."""
+    settings.LEASEJOBS = {
+        **settings.LEASEJOBS,
+        "QUEUES": {"pdf": {"concurrency": 2}, "email": {"rate": "5/s"}},
+    }
+    controls.sync_settings()
+    assert not controls.settings_differ(controls.configured())
+    written = dict(Queue.objects.values_list("name", "updated_at"))
+    controls.sync_settings()
+    assert dict(Queue.objects.values_list("name", "updated_at")) == written
+    settings.LEASEJOBS = {**settings.LEASEJOBS, "QUEUES": {"pdf": {"concurrency": 3}}}
+    assert controls.settings_differ(controls.configured())
+    controls.sync_settings()
+    assert Queue.objects.get(name="pdf").concurrency == 3
+    assert Queue.objects.get(name="email").rate_count is None  # gone from the settings

@@ -18,6 +18,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from django.db import DatabaseError
+
 from leasejobs import conf, controls, registry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.store import Outcome, WorkerStore
@@ -31,6 +33,9 @@ from leasejobs.worker.listener import listen
 from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.runners import Runners
 from leasejobs.worker.shutdown import Shutdown
+
+#: SQLSTATE of "permission denied".
+INSUFFICIENT_PRIVILEGE = "42501"
 
 #: The exit status of a worker one of whose threads died (EX_SOFTWARE).
 THREAD_DIED_EXIT = 70
@@ -129,7 +134,7 @@ class Worker:
             f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat}"
         )
         self._warn_clamped_heartbeats()
-        controls.sync_settings()
+        self._sync_queue_settings()
         self._start(
             lambda: listen(
                 self.channel, self.worker_id, o.queues, self.claimer.notified, self._done, self.events
@@ -154,6 +159,15 @@ class Worker:
             self.store.close()
             self.shutdown.stopped()
             self.events.stopped(self.held.counts)
+
+    def _sync_queue_settings(self) -> None:
+        """Write LEASEJOBS["QUEUES"] to the queue table; a role not allowed to is told, not stopped."""
+        try:
+            controls.sync_settings()
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+                raise
+            self.events.queue_settings_not_written(exc)
 
     def _start(self, target: Callable[[], None], name: str) -> threading.Thread:
         # Daemon threads: a body still running past the grace period must not

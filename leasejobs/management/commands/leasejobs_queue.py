@@ -1,4 +1,4 @@
-"""``manage.py leasejobs_queue pause|resume|limit|list``: queue controls from a shell.
+"""``manage.py leasejobs_queue pause|resume|limit|list|sync``: queue controls from a shell.
 
 An operator in an incident pauses a queue from the command line without
 opening the admin; ``list`` shows what every worker's claim sees now.
@@ -27,6 +27,9 @@ class Command(BaseCommand):
         limit.add_argument("--concurrency", type=int, default=None, help="Most jobs running at once.")
         limit.add_argument("--rate", default=None, help="Most claims per window: 100/m, 20/10s.")
         actions.add_parser("list", help="Every controlled queue: paused, limits, places in use.")
+        actions.add_parser(
+            "sync", help="Write LEASEJOBS['QUEUES'] to the queue table (workers do it at start)."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -43,6 +46,9 @@ class Command(BaseCommand):
                 )
                 conc, rate = limits.concurrency or "-", limits.rate or "-"
                 self.stdout.write(f"queue {options['queue']}: concurrency={conc} rate={rate}")
+            elif action == "sync":
+                controls.sync_settings()
+                self.stdout.write("LEASEJOBS['QUEUES'] written to the queue table")
             else:
                 self._list()
         except ValueError as exc:
