@@ -1,4 +1,4 @@
-# leasejobs: make demo | test | lint | stop-db | clean
+# leasejobs: make demo | test | test-fast | lint | stop-db | clean
 #
 #   PYTHON       interpreter for a new venv (default: the newest python3.14,
 #                python3.13 or python3.12 on PATH or under pyenv)
@@ -6,17 +6,22 @@
 #   DJANGO       an extra pip requirement, e.g. DJANGO='django>=5.2,<6'
 #   PYTEST_ARGS  passed to pytest, e.g. PYTEST_ARGS='-x tests/test_localdb.py'
 #
+# make test runs every test; make test-fast only the unit tests (no worker
+# process, no server, no committed transaction, no chaos), in seconds.
+#
 # Which PostgreSQL: DATABASE_URL if set, else localhost:5432, else an embedded
-# one in .leasejobs/ (see demo_site/localdb.py).
+# one in .leasejobs/ (see localdb.py).
 
 VENV ?= .venv
 DJANGO ?=
 PYTEST_ARGS ?=
+# Which tests: empty is all; test-fast sets it (markers from tests/conftest.py).
+PYTEST_SELECT :=
 
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.leasejobs-installed
 DJANGO_REQ := $(VENV)/.leasejobs-django-requirement
-LOCALDB := $(PY) -m demo_site.localdb
+LOCALDB := $(PY) -m localdb
 
 # Recursively expanded, so the search runs only when a venv has to be made.
 # A pyenv shim exists for versions that are not selected and then fails, so
@@ -31,10 +36,10 @@ PYTHON ?= $(shell \
 	done)
 
 # Shell snippet: resolve the database and export it to the commands after it.
-RESOLVE_DB = echo "==> finding a PostgreSQL: python -m demo_site.localdb url"; \
+RESOLVE_DB = echo "==> finding a PostgreSQL: python -m localdb url"; \
 	DATABASE_URL="$$($(LOCALDB) url)"; export DATABASE_URL
 
-.PHONY: demo test lint stop-db clean
+.PHONY: demo test test-fast lint stop-db clean
 
 demo: $(STAMP)
 	@set -e; $(RESOLVE_DB); \
@@ -59,18 +64,27 @@ test: $(STAMP)
 	}; \
 	trap cleanup EXIT; trap 'exit 130' INT TERM; \
 	$(RESOLVE_DB); \
-	echo "==> python -m pytest $(PYTEST_ARGS)"; \
-	status=0; $(PY) -m pytest $(PYTEST_ARGS) || status=$$?; \
+	echo "==> python -m pytest $(PYTEST_SELECT) $(PYTEST_ARGS)"; \
+	status=0; $(PY) -m pytest $(PYTEST_SELECT) $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 
+test-fast: PYTEST_SELECT := -m 'not integration and not chaos'
+test-fast: test
+
+# Style and types; configured in pyproject.toml ([tool.ruff], [tool.mypy]).
+# Needs no database: mypy's Django plugin reads tests/typecheck_settings.py.
 lint: $(STAMP)
 	@echo "==> ruff check ."
 	@$(PY) -m ruff check .
+	@echo "==> ruff format --check ."
+	@$(PY) -m ruff format --check .
+	@echo "==> mypy (strict, over leasejobs/)"
+	@$(PY) -m mypy
 
 # Works without the venv too: stopping needs neither psycopg nor the wheel.
 stop-db:
 	@echo "==> stopping the embedded PostgreSQL, if it runs"
-	@$(if $(wildcard $(PY)),$(PY),python3) -m demo_site.localdb stop
+	@$(if $(wildcard $(PY)),$(PY),python3) -m localdb stop
 
 clean: stop-db
 	@echo "==> removing $(VENV), .leasejobs/ (the embedded database) and caches"

@@ -2,7 +2,7 @@
 
 Everything that differs between machines comes from the environment through
 django-environ; the database falls back to the local server or an embedded
-PostgreSQL (see ``demo_site.localdb``) so that a machine with nothing but
+PostgreSQL (see ``localdb`` at the top of the repository) so that a machine with nothing but
 Python can run the demo.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import environ
 
-from demo_site import localdb
+import localdb
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
@@ -62,6 +62,11 @@ DATABASES = {"default": env.db_url_config(localdb.database_url())}
 # Workers keep their connections: a new connection per job is what makes a
 # naive Django worker slow.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DJANGO_CONN_MAX_AGE", default=600)
+# Through a transaction pooler (PgBouncer, compose.yaml's worker): no
+# server-side cursors, whose .iterator() spans transactions.
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
+    "DJANGO_DISABLE_SERVER_SIDE_CURSORS", default=False
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
@@ -73,6 +78,9 @@ STATIC_ROOT = BASE_DIR / ".leasejobs" / "static"
 LEASEJOBS = {
     "LEASE_SECONDS": env.int("LEASEJOBS_LEASE_SECONDS", default=30),
     "MAX_ATTEMPTS": env.int("LEASEJOBS_MAX_ATTEMPTS", default=5),
+    # A direct connection for LISTEN when DATABASE_URL goes through a
+    # transaction pooler (compose.yaml's worker); unset: the worker polls.
+    "LISTEN_URL": env("LEASEJOBS_LISTEN_URL", default=None),
 }
 
 LOGGING = {

@@ -6,11 +6,14 @@ Usage (against a throwaway database, never one that matters):
     python manage.py migrate
     python docs/admin_scale.py --fill 1000000   # TRUNCATEs the jobs, inserts N rows, VACUUM ANALYZE
     python docs/admin_scale.py                  # measures
+    python docs/admin_scale.py --charts         # the overview's charts only
 
 Each page is fetched with Django's test client as a superuser, three times
 (the best time is reported, after one warm-up), with every query captured;
 the plan of the changelist's row query is shown so one can see which index
-serves it. See docs/admin.md for the figures.
+serves it. Then each chart query of the overview (``leasejobs.admin.charts``)
+is timed alone, over the last hour and the last day, best of three after a
+warm-up. See docs/admin.md for the figures.
 """
 
 import argparse
@@ -32,7 +35,8 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
-from leasejobs.models import Job  # noqa: E402
+from leasejobs.admin import charts  # noqa: E402
+from leasejobs.models import ChartPoint, Job  # noqa: E402
 
 FILL = """
 TRUNCATE leasejobs_job, leasejobs_sideeffect;
@@ -41,16 +45,16 @@ INSERT INTO leasejobs_job (
     lease_until, leased_by, heartbeat_at, cancel_requested, idempotency_key, last_error,
     errors, worker_ids, result, created_at, started_at, finished_at)
 SELECT
-    'shop.tasks.' || (ARRAY['send_receipt', 'render_pdf', 'sync_stock', 'charge_card'])[1 + g % 4],
-    (ARRAY['default', 'receipts', 'pdf', 'stock', 'payments'])[1 + g % 5],
+    'shop.tasks.' || (ARRAY['send_receipt', 'render_pdf', 'sync_stock', 'charge_card'])[1 + g %% 4],
+    (ARRAY['default', 'receipts', 'pdf', 'stock', 'payments'])[1 + g %% 5],
     0, jsonb_build_array(g, 'order-' || g), '{}'::jsonb, s.status,
-    CASE WHEN s.status = 'queued' THEN 0 ELSE 1 + g % 3 END, 5,
+    CASE WHEN s.status = 'queued' THEN 0 ELSE 1 + g %% 3 END, 5,
     now() - make_interval(secs => (%(n)s - g) * 0.5),
-    CASE WHEN s.status = 'running' THEN now() + make_interval(secs => 30 - g % 60) END,
-    CASE WHEN s.status = 'queued' THEN '' ELSE 'host-' || g % 8 || '-w' END,
-    CASE WHEN s.status = 'running' THEN now() - make_interval(secs => g % 60) END,
+    CASE WHEN s.status = 'running' THEN now() + make_interval(secs => 30 - g %% 60) END,
+    CASE WHEN s.status = 'queued' THEN '' ELSE 'host-' || g %% 8 || '-w' END,
+    CASE WHEN s.status = 'running' THEN now() - make_interval(secs => g %% 60) END,
     false,
-    CASE WHEN g % 10 = 0 THEN 'order:' || g END,
+    CASE WHEN g %% 10 = 0 THEN 'order:' || g END,
     CASE WHEN s.status = 'failed' THEN 'ValueError: card declined for order ' || g ELSE '' END,
     '[]'::jsonb, '[]'::jsonb,
     CASE WHEN s.status = 'done' THEN '{"ok": true}'::jsonb END,
@@ -60,10 +64,10 @@ SELECT
          THEN now() - make_interval(secs => (%(n)s - g) * 0.5) END
 FROM generate_series(1, %(n)s) AS g,
 LATERAL (SELECT CASE
-    WHEN g > %(n)s - 1000 AND g % 5 = 0 THEN 'running'
+    WHEN g > %(n)s - 1000 AND g %% 5 = 0 THEN 'running'
     WHEN g > %(n)s - 5000 THEN 'queued'
-    WHEN g % 50 = 0 THEN 'failed'
-    WHEN g % 97 = 0 THEN 'cancelled'
+    WHEN g %% 50 = 0 THEN 'failed'
+    WHEN g %% 97 = 0 THEN 'cancelled'
     ELSE 'done' END AS status) AS s
 """
 
@@ -126,12 +130,36 @@ def measure() -> None:
         plan = [r[0] for r in cursor.fetchall()]
     print("\nplan of its row query:")
     print("\n".join("  " + line for line in plan))
+    measure_charts()
+
+
+def measure_charts() -> None:
+    """Time each chart of the overview per window: cold (nothing stored: the whole
+    window is read from the jobs) and warm (only the current bucket is, best of three)."""
+    print(f"\n{'chart':12} {'window':6} {'cold ms':>8} {'warm ms':>8}")
+    for name in charts.QUERIES:
+        for window in charts.WINDOWS.values():
+            ChartPoint.objects.filter(chart=name).delete()
+            started = time.perf_counter()
+            charts.points(name, window)
+            cold = (time.perf_counter() - started) * 1000
+            warm = None
+            for _ in range(3):
+                started = time.perf_counter()
+                charts.points(name, window)
+                elapsed = (time.perf_counter() - started) * 1000
+                warm = elapsed if warm is None else min(warm, elapsed)
+            print(f"{name:12} {window.name:6} {cold:>8.1f} {warm:>8.1f}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fill", type=int, metavar="N", help="truncate the jobs and insert N rows first")
+    parser.add_argument("--charts", action="store_true", help="time the overview's charts only")
     options = parser.parse_args()
     if options.fill:
         fill(options.fill)
-    measure()
+    if options.charts:
+        measure_charts()
+    else:
+        measure()

@@ -10,3 +10,4 @@ class LeaseJobsConfig(AppConfig):
 
     def ready(self) -> None:
         from leasejobs import checks  # noqa: F401  (registers the system checks)
+        from leasejobs.periodic import checks as periodic_checks  # noqa: F401

@@ -7,7 +7,8 @@ being silently ignored.
 
 from typing import Any
 
-from django.core.checks import Error, register
+import psycopg
+from django.core.checks import Error, Tags, register
 
 from leasejobs import conf, controls
 
@@ -34,3 +35,24 @@ def check_queues(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     except ValueError as exc:
         return [Error(f"LEASEJOBS['QUEUES']: {exc}", id="leasejobs.E003")]
     return []
+
+
+@register(Tags.database)
+def check_pooler(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
+    """Through a transaction pooler, settings that would break Django's or the worker's queries.
+
+    A database check (``migrate``, ``check --database ALIAS``): it connects
+    to find out whether the queue's database is pooled. ``runworker``
+    refuses to start on the same findings.
+    """
+    from leasejobs import pooling
+    from leasejobs.conf import db_alias
+    from leasejobs.connection import connection_params
+
+    if databases is None or db_alias() not in databases:
+        return []
+    try:
+        pooled = pooling.detect(connection_params())
+    except psycopg.Error:
+        return []  # unreachable: runworker and migrate say so themselves
+    return [Error(found, id="leasejobs.E010") for found in pooling.problems()] if pooled else []

@@ -14,9 +14,13 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_SECONDS": 30,
     # Claims a job may have before a failure (or an expired lease) is final.
     "MAX_ATTEMPTS": 5,
-    # Retry delay: RETRY_BACKOFF_SECONDS * 2**(attempt-1), jittered, capped.
+    # Retry delay: RETRY_BACKOFF_SECONDS * 2**(attempt-1), jittered, capped
+    # (the defaults of a task's RetryPolicy; see leasejobs.retry).
     "RETRY_BACKOFF_SECONDS": 2.0,
     "RETRY_BACKOFF_MAX_SECONDS": 3600.0,
+    # How many times a job may ``raise Snooze(...)``; the snooze after that
+    # fails it. Snoozes do not count toward MAX_ATTEMPTS.
+    "MAX_SNOOZES": 100,
     # Extra modules to import for tasks, besides the ``tasks`` module of each app.
     "TASK_MODULES": [],
     # Encoded args + kwargs larger than this are refused at enqueue.
@@ -35,6 +39,27 @@ DEFAULTS: dict[str, Any] = {
     # {"pdf": {"concurrency": 2}, "email": {"rate": "100/m"}}. Limits changed
     # at run time (admin, leasejobs.set_limits) win over these.
     "QUEUES": {},
+    # Serve the worker's Prometheus metrics on this port (runworker
+    # --metrics-port); None: off. Needs the leasejobs[metrics] extra.
+    "METRICS_PORT": None,
+    # OpenTelemetry spans for enqueue and attempts: None (on when
+    # opentelemetry-api is installed and a tracer provider is set), or False.
+    "OPENTELEMETRY": None,
+    # The worker's log lines: "text" or "json" (runworker --log-format).
+    "LOG_FORMAT": "text",
+    # Periodic schedules of tasks declared elsewhere (see leasejobs.periodic):
+    # a list of dicts with task, cron, timezone, args, kwargs, name, catch_up,
+    # max_catch_up, overlap, jitter_seconds.
+    "PERIODIC": [],
+    # The DATABASES alias holding the queue tables (runworker --database).
+    # Transactional enqueue needs the queue in the same database as the rows.
+    "DATABASE": "default",
+    # Where the worker LISTENs when its queue database is reached through a
+    # transaction pooler (PgBouncer, Supavisor, Neon), which cannot LISTEN: a
+    # DATABASES alias or a postgres:// URL of a direct connection. Neither
+    # set: the worker polls every POLL_INTERVAL_SECONDS instead.
+    "LISTEN_DATABASE": None,
+    "LISTEN_URL": None,
 }
 
 
@@ -47,3 +72,14 @@ def get(name: str) -> Any:
 def unknown_keys() -> list[str]:
     """Keys of LEASEJOBS that leasejobs does not know (typos, most likely)."""
     return sorted(set(getattr(settings, "LEASEJOBS", None) or {}) - set(DEFAULTS))
+
+
+def db_alias() -> str:
+    """The ``DATABASES`` alias holding the queue tables (``LEASEJOBS["DATABASE"]``).
+
+    Its connection enqueues, runs side effects, the admin's actions and
+    prunes; the worker's own connections copy its settings. Read at every
+    call, like every setting, so ``runworker --database`` (which overrides
+    the setting for its process) and ``override_settings`` apply.
+    """
+    return str(get("DATABASE"))

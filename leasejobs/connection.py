@@ -16,12 +16,19 @@ from urllib.parse import quote
 import psycopg
 from django.db import connections
 
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.conf import db_alias
 
 logger = logging.getLogger("leasejobs.worker")
 
 #: Errors that mean "this connection is gone", not "this statement is wrong".
 CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+
+#: What a server-side prepared statement meets through a transaction pooler:
+#: another client's statement of the same name, or none on this backend.
+PREPARED_STATEMENT_ERRORS = (
+    psycopg.errors.DuplicatePreparedStatement,
+    psycopg.errors.InvalidSqlStatementName,
+)
 
 #: A worker must notice a dead link (a network cut, a host gone) in seconds,
 #: not after the kernel's 15 minutes of retransmissions: TCP keepalives probe
@@ -37,15 +44,20 @@ LINK_CHECKS = {
 }
 
 
-def connection_params() -> dict[str, Any]:
-    """psycopg connect() arguments for Django's default database.
+def connection_params(alias: str | None = None) -> dict[str, Any]:
+    """psycopg connect() arguments for a ``DATABASES`` alias (default: the queue's).
 
     Django's own cursor factory and adapters are left out: they return jsonb
     as text and bind client-side, and the worker wants neither.
     """
-    params = dict(connections[DB_ALIAS].get_connection_params())
+    params = dict(connections[alias or db_alias()].get_connection_params())
     for django_only in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(django_only, None)
+    return with_link_checks(params)
+
+
+def with_link_checks(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with a connect timeout and the TCP checks of ``LINK_CHECKS`` (theirs win)."""
     params.setdefault("connect_timeout", 5)
     for name, value in LINK_CHECKS.items():
         params.setdefault(name, value)
@@ -53,13 +65,13 @@ def connection_params() -> dict[str, Any]:
 
 
 def database_url() -> str:
-    """A ``postgres://`` URL of Django's default database, as it is now.
+    """A ``postgres://`` URL of the queue's database, as it is now.
 
     For starting ``runworker`` processes on the same database as this one
     (with ``DATABASE_URL``): in a test run that is the test database, whose
     name only the settings in memory know.
     """
-    s = connections[DB_ALIAS].settings_dict
+    s = connections[db_alias()].settings_dict
     auth = quote(s["USER"] or "", safe="")
     if s.get("PASSWORD"):
         auth += ":" + quote(s["PASSWORD"], safe="")
@@ -74,12 +86,33 @@ class WorkerConnection:
     rows; on a lost connection it closes it and raises, and the next call
     opens a new one once the backoff has passed. Callers decide whether to
     retry: each of the worker's loops simply tries again on its next turn.
+
+    ``settings`` (name -> value) hold for every statement. On a direct
+    connection, which is this worker's alone, they are startup ``options``:
+    one round trip per statement. Through a transaction pooler (``pooled``)
+    startup ``options`` are refused and a session ``SET`` would land on
+    whichever server connection the pooler lends next, so there each
+    statement runs in a transaction of its own after ``set_config(...,
+    true)``, which leaves no session state. ``pooled`` also turns off
+    server-side prepared statements, which a transaction pooler cannot keep.
     """
 
-    def __init__(self, purpose: str, worker_id: str, *, session_settings: str = "") -> None:
+    def __init__(
+        self,
+        purpose: str,
+        worker_id: str,
+        *,
+        settings: dict[str, str] | None = None,
+        pooled: bool = False,
+        params: dict[str, Any] | None = None,
+    ) -> None:
         self.purpose = purpose
         self.worker_id = worker_id
-        self.session_settings = session_settings
+        self.pooled = pooled
+        self._params = params
+        self._settings = settings or {}
+        self._set_config = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(self._settings))
+        self._settings_args = [part for pair in self._settings.items() for part in pair]
         self._conn: psycopg.Connection[Any] | None = None
         self._failures = 0
         self._retry_at = 0.0
@@ -92,23 +125,19 @@ class WorkerConnection:
         wait = self._retry_at - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        params = connection_params()
+        params = dict(self._params) if self._params is not None else connection_params()
         # Ours replaces an application_name from DATABASES' OPTIONS: it names
         # the purpose and worker that operators look for in pg_stat_activity.
         params.pop("application_name", None)
-        options = " ".join(filter(None, [params.pop("options", ""), self.session_settings]))
-        # The worker runs the same few statements many times a second: each is
-        # parsed and planned once per connection (prepared at first use). An
-        # explicit OPTIONS["prepare_threshold"] in DATABASES wins (None turns
-        # prepared statements off, for a pooler that cannot keep them).
-        prepare_threshold = connections[DB_ALIAS].settings_dict.get("OPTIONS", {}).get("prepare_threshold", 0)
+        if not self.pooled and self._settings:
+            ours = " ".join(f"-c {name}={value}" for name, value in self._settings.items())
+            params["options"] = " ".join(filter(None, [params.get("options", ""), ours]))
         try:
             self._conn = psycopg.connect(
                 **params,
                 autocommit=True,
-                prepare_threshold=prepare_threshold,
+                prepare_threshold=self._prepare_threshold(),
                 application_name=f"leasejobs {self.purpose} {self.worker_id}"[:63],
-                **({"options": options} if options else {}),
             )
         except CONNECTION_ERRORS:
             self._failed()
@@ -117,6 +146,22 @@ class WorkerConnection:
             logger.info("reconnected %s connection worker=%s", self.purpose, self.worker_id)
         self._failures = 0
         return self._conn
+
+    def _prepare_threshold(self) -> int | None:
+        """0 (prepare at first use) on a direct connection; None through a transaction pooler.
+
+        The worker runs the same few statements many times a second: each is
+        parsed and planned once per connection. A transaction pooler hands
+        each transaction to any server connection, where the prepared
+        statement does not exist (or exists twice). An explicit
+        ``OPTIONS["prepare_threshold"]`` in DATABASES wins on a direct one.
+        """
+        if self.pooled:
+            return None
+        threshold: int | None = (
+            connections[db_alias()].settings_dict.get("OPTIONS", {}).get("prepare_threshold", 0)
+        )
+        return threshold
 
     def _failed(self) -> None:
         self._failures += 1
@@ -128,8 +173,26 @@ class WorkerConnection:
         with self._lock:
             conn = self.connect()
             try:
-                cursor = conn.execute(query, params)
-                return cursor.fetchall() if cursor.description else []
+                if not self.pooled or not self._settings:
+                    cursor = conn.execute(query, params)
+                    return cursor.fetchall() if cursor.description else []
+                with conn.transaction():
+                    conn.execute(self._set_config, self._settings_args)
+                    cursor = conn.execute(query, params)
+                    return cursor.fetchall() if cursor.description else []
+            except PREPARED_STATEMENT_ERRORS as exc:
+                # A transaction pooler the start-up probe did not see (see
+                # leasejobs.pooling): go on without prepared statements.
+                self.pooled = True
+                self.close()
+                logger.warning(
+                    "prepared statements fail on the %s connection worker=%s (%s): a transaction "
+                    "pooler; reconnecting without them",
+                    self.purpose,
+                    self.worker_id,
+                    type(exc).__name__,
+                )
+                raise psycopg.OperationalError(f"prepared statements fail here: {exc}") from exc
             except CONNECTION_ERRORS:
                 if conn.closed or conn.broken:
                     self.close()

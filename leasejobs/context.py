@@ -8,6 +8,7 @@ either thread may look at any time, and nobody waits on them (a
 """
 
 import contextvars
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,8 +18,9 @@ from typing import Any
 from django.db import connections, transaction
 
 from leasejobs import sql
-from leasejobs.enqueue import DB_ALIAS, KEY_MAX_LENGTH
+from leasejobs.conf import db_alias
 from leasejobs.exceptions import LeaseLost
+from leasejobs.validators import validate_key
 from leasejobs.values import one_line, stored_json
 
 logger = logging.getLogger("leasejobs.worker")
@@ -45,12 +47,20 @@ class JobContext:
     worker_id: str
     task_name: str = ""
     queue: str = "default"
+    #: Started runs of the job, this one included: what ``max_attempts`` limits.
+    runs: int = 1
     #: The lease this attempt holds (renewed as a side-effect block commits).
     lease_seconds: float = 30.0
     #: Called when a side-effect block ends, so the worker heartbeats soon.
     after_side_effect: Callable[[], None] | None = field(default=None, repr=False)
+    #: Called when the fence refused a write of this attempt (the worker's metrics).
+    on_stale_write: "Callable[[JobContext], None] | None" = field(default=None, repr=False)
     _lease_lost: bool = field(default=False, repr=False)
     _cancel_requested: bool = field(default=False, repr=False)
+    #: The tick of a periodic job, once known: from ``note_idempotency_key``
+    #: (the worker, from the claimed row) or read by ``scheduled_at`` on first use.
+    _scheduled_at: dt.datetime | None = field(default=None, repr=False)
+    _scheduled_at_read: bool = field(default=False, repr=False)
 
     @property
     def fencing_token(self) -> int:
@@ -66,6 +76,29 @@ class JobContext:
     def cancel_requested(self) -> bool:
         """True once someone asked to cancel this running job."""
         return self._cancel_requested
+
+    def note_idempotency_key(self, key: str | None) -> None:
+        """Give the context the claimed row's idempotency key, so ``scheduled_at`` needs no query."""
+        from leasejobs.periodic.schedules import tick_of_key
+
+        self._scheduled_at = tick_of_key(key)
+        self._scheduled_at_read = True
+
+    @property
+    def scheduled_at(self) -> dt.datetime | None:
+        """The tick this periodic job is for (aware, UTC), or None for a job no schedule made.
+
+        Named by the job's idempotency key (``periodic:<schedule>:<tick>``);
+        read from the job row on first use unless the worker filled it in.
+        """
+        if self._scheduled_at is None and not self._scheduled_at_read:
+            from leasejobs.models import Job
+
+            key = (
+                Job.objects.using(db_alias()).filter(pk=self.job_id).values_list("idempotency_key", flat=True)
+            )
+            self.note_idempotency_key(next(iter(key), None))
+        return self._scheduled_at
 
     def mark_lease_lost(self) -> None:
         self._lease_lost = True
@@ -88,14 +121,13 @@ class JobContext:
         so a block longer than the lease still commits holding a live lease.
         The commit is synchronous whatever ``synchronous_commit`` says.
         """
-        if not isinstance(key, str) or not key or len(key) > KEY_MAX_LENGTH:
-            raise ValueError(
-                f"a side-effect key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
-            )
+        validate_key(key, "a side-effect key")
         data_json = None if data is None else stored_json(data, f"the data of side effect {key!r}")
-        fence = {"job_id": self.job_id, "attempt": self.attempt, "worker_id": self.worker_id}
+        if self.lease_lost:  # timed out, given back or taken over: known without asking
+            raise self._stale(key, None)
+        fence: dict[str, Any] = {"job_id": self.job_id, "attempt": self.attempt, "worker_id": self.worker_id}
         try:
-            with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+            with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
                 cursor.execute(sql.FENCE_CHECK, {"job_id": self.job_id})
                 row = cursor.fetchone()
                 if row is None or tuple(row[:3]) != (self.attempt, "running", self.worker_id):
@@ -114,8 +146,10 @@ class JobContext:
     def _stale(self, key: str, row: Any) -> LeaseLost:
         """Mark the lease lost, log the rejected write, and make the error to raise."""
         self.mark_lease_lost()
+        if self.on_stale_write is not None:
+            self.on_stale_write(self)
         if row is None:
-            now = "gone"
+            now = "no longer held by this attempt"
         elif row[2] != self.worker_id and row[0] == self.attempt:
             now = f"held by {row[2]} at the same attempt {row[0]}"
         else:

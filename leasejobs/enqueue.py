@@ -8,20 +8,23 @@ checked here, where the caller can still see the error.
 """
 
 import datetime as dt
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import connections
 
-from leasejobs import conf, sql
+from leasejobs import conf, sql, tracing
+from leasejobs.conf import db_alias
+from leasejobs.limits import encode_json, encode_payload
 from leasejobs.models import Job
-
-DB_ALIAS = "default"
-QUEUE_MAX_LENGTH = 100
-KEY_MAX_LENGTH = 255
-PRIORITY_RANGE = (-100, 100)
+from leasejobs.validators import (
+    validate_concurrency_limit,
+    validate_key,
+    validate_max_attempts,
+    validate_priority,
+    validate_queue,
+)
 
 
 @dataclass(frozen=True)
@@ -41,29 +44,8 @@ class JobSpec:
     idempotency_key: str | None
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
-
-
-def encode_json(value: Any, what: str) -> str:
-    """JSON-encode ``value`` or raise a ``TypeError`` that names ``what``."""
-    try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON (lists, dicts, str, int, float, bool, None): {exc}") from exc
-
-
-def _payload(task_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
-    """The JSON of one job's arguments, refused if not JSON or too large."""
-    args_json = encode_json(list(args), f"the arguments of {task_name}")
-    kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
-    limit = conf.get("MAX_PAYLOAD_BYTES")
-    size = len(args_json) + len(kwargs_json)  # json.dumps escapes to ASCII: chars are bytes
-    if size > limit:
-        raise ValueError(
-            f"the arguments of {task_name} are {size} bytes of JSON, over the "
-            f"LEASEJOBS['MAX_PAYLOAD_BYTES'] limit of {limit}; store large data "
-            "elsewhere and pass its id."
-        )
-    return args_json, kwargs_json
+    #: A ``using(retry=...)`` policy (``RetryPolicy.to_json``), or None.
+    retry_policy: dict[str, Any] | None = None
 
 
 def build(
@@ -79,18 +61,13 @@ def build(
     idempotency_key: str | None = None,
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
+    retry_policy: dict[str, Any] | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
-    args_json, kwargs_json = _payload(task_name, args, kwargs)
-    if not isinstance(queue, str) or not queue or len(queue) > QUEUE_MAX_LENGTH:
-        raise ValueError(f"queue must be a non-empty string of at most {QUEUE_MAX_LENGTH} characters.")
-    low, high = PRIORITY_RANGE
-    if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
-        raise ValueError(f"priority must be a whole number between {low} and {high}.")
-    if max_attempts is None:
-        max_attempts = conf.get("MAX_ATTEMPTS")
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ValueError("max_attempts must be a whole number of at least 1.")
+    args_json, kwargs_json = encode_payload(task_name, args, kwargs)
+    validate_queue(queue)
+    validate_priority(priority)
+    max_attempts = validate_max_attempts(conf.get("MAX_ATTEMPTS") if max_attempts is None else max_attempts)
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both.")
     if run_at is not None and (not isinstance(run_at, dt.datetime) or run_at.utcoffset() is None):
@@ -98,12 +75,8 @@ def build(
     seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else (delay or 0)
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise ValueError("delay must be a number of seconds or a timedelta, not negative.")
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > KEY_MAX_LENGTH
-    ):
-        raise ValueError(
-            f"idempotency_key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
-        )
+    if idempotency_key is not None:
+        validate_key(idempotency_key)
     _check_concurrency(task_name, concurrency_key, concurrency_limit)
     return JobSpec(
         task_name=task_name,
@@ -119,19 +92,17 @@ def build(
         idempotency_key=idempotency_key,
         concurrency_key=concurrency_key,
         concurrency_limit=concurrency_limit if concurrency_key is not None else None,
+        retry_policy=retry_policy,
     )
 
 
 def _check_concurrency(task_name: str, key: str | None, limit: int | None) -> None:
     """A concurrency key needs a limit (a whole number of at least 1) to mean anything."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"concurrency_limit of {task_name} must be a whole number of at least 1.")
+    if limit is not None:
+        validate_concurrency_limit(limit, f"concurrency_limit of {task_name}")
     if key is None:
         return
-    if not isinstance(key, str) or not key or len(key) > KEY_MAX_LENGTH:
-        raise ValueError(
-            f"concurrency_key must be a non-empty string of at most {KEY_MAX_LENGTH} characters."
-        )
+    validate_key(key, "concurrency_key")
     if limit is None:
         raise ValueError(
             f"{task_name} was given a concurrency_key but has no concurrency_limit: "
@@ -150,7 +121,7 @@ def build_many(
     template = build(task_name, [], {}, **options)
     specs = []
     for args, kwargs in calls:
-        args_json, kwargs_json = _payload(task_name, args, kwargs)
+        args_json, kwargs_json = encode_payload(task_name, args, kwargs)
         specs.append(
             replace(
                 template, args=list(args), kwargs=dict(kwargs), args_json=args_json, kwargs_json=kwargs_json
@@ -159,7 +130,13 @@ def build_many(
     return specs
 
 
-def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetime) -> Job:
+def _job(
+    spec: JobSpec,
+    job_id: int,
+    run_at: dt.datetime,
+    created_at: dt.datetime,
+    trace_context: dict[str, str] | None,
+) -> Job:
     """The Job a fresh insert made, without reading it back.
 
     Built with ``Model.from_db``, as Django builds rows it reads: more than
@@ -191,8 +168,11 @@ def _job(spec: JobSpec, job_id: int, run_at: dt.datetime, created_at: dt.datetim
         "finished_at": None,
         "concurrency_key": spec.concurrency_key,
         "concurrency_limit": spec.concurrency_limit,
+        "trace_context": trace_context,
+        "snoozes": 0,
+        "retry_policy": spec.retry_policy,
     }
-    return Job.from_db(DB_ALIAS, _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
+    return Job.from_db(db_alias(), _JOB_FIELDS, [values[name] for name in _JOB_FIELDS])
 
 
 #: Job's columns in model order, as ``Model.from_db`` takes them.
@@ -200,8 +180,20 @@ _JOB_FIELDS = [f.attname for f in Job._meta.concrete_fields]
 
 
 def insert(spec: JobSpec) -> Job:
-    """Insert one job (or return the job that already has its idempotency key)."""
-    with connections[DB_ALIAS].cursor() as cursor:
+    """Insert one job (or return the job that already has its idempotency key).
+
+    With tracing on, inside a ``send <queue>`` span whose context the job keeps.
+    """
+    if not tracing.enabled():
+        return _insert(spec, None)
+    with tracing.enqueue_span(spec.queue, 1) as (span, carrier):
+        job = _insert(spec, carrier)
+        tracing.set_message_ids(span, [job.id])
+        return job
+
+
+def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.ENQUEUE,
             {
@@ -216,14 +208,16 @@ def insert(spec: JobSpec) -> Job:
                 "idempotency_key": spec.idempotency_key,
                 "concurrency_key": spec.concurrency_key,
                 "concurrency_limit": spec.concurrency_limit,
+                "retry_policy": _policy_json(spec.retry_policy),
                 "channel": conf.get("NOTIFY_CHANNEL"),
+                "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
         )
         row = cursor.fetchone()
         _make_key_slots(cursor, spec)
     if row is None:
-        return Job.objects.using(DB_ALIAS).get(idempotency_key=spec.idempotency_key)
-    return _job(spec, row[0], row[1], row[2])
+        return Job.objects.using(db_alias()).get(idempotency_key=spec.idempotency_key)
+    return _job(spec, row[0], row[1], row[2], trace_context)
 
 
 def _make_key_slots(cursor: Any, spec: JobSpec) -> None:
@@ -243,7 +237,16 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
     specs = list(specs)
     if not specs:
         return []
-    with connections[DB_ALIAS].cursor() as cursor:
+    if not tracing.enabled():
+        return _insert_many(specs, None)
+    with tracing.enqueue_span(specs[0].queue, len(specs)) as (span, carrier):
+        jobs = _insert_many(specs, carrier)
+        tracing.set_message_ids(span, [j.id for j in jobs])
+        return jobs
+
+
+def _insert_many(specs: list[JobSpec], trace_context: dict[str, str] | None) -> list[Job]:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.BULK_ENQUEUE,
             {
@@ -258,7 +261,9 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
                 "idempotency_keys": [s.idempotency_key for s in specs],
                 "concurrency_key": specs[0].concurrency_key,
                 "concurrency_limit": specs[0].concurrency_limit,
+                "retry_policies": [_policy_json(s.retry_policy) for s in specs],
                 "channel": conf.get("NOTIFY_CHANNEL"),
+                "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
         )
         rows = cursor.fetchall()
@@ -275,7 +280,7 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
             jobs.append(by_key.get(key))
             continue
         job_id, _key, run_at, created_at, _ = next(inserted)
-        job = _job(spec, job_id, run_at, created_at)
+        job = _job(spec, job_id, run_at, created_at, trace_context)
         if key is not None:
             by_key[key] = job
             pending.discard(key)
@@ -283,7 +288,12 @@ def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
     missing = [s.idempotency_key for s, j in zip(specs, jobs, strict=True) if j is None]
     if missing:
         existing = {
-            j.idempotency_key: j for j in Job.objects.using(DB_ALIAS).filter(idempotency_key__in=missing)
+            j.idempotency_key: j for j in Job.objects.using(db_alias()).filter(idempotency_key__in=missing)
         }
         jobs = [j if j is not None else existing[s.idempotency_key] for s, j in zip(specs, jobs, strict=True)]
     return jobs  # type: ignore[return-value]
+
+
+def _policy_json(policy: dict[str, Any] | None) -> str | None:
+    """A ``using(retry=...)`` policy as the row stores it (``RetryPolicy.to_json``), or None."""
+    return None if policy is None else encode_json(policy, "a retry policy")

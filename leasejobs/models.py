@@ -65,6 +65,19 @@ class Job(models.Model):
         help_text="At most concurrency_limit jobs with this key run at once.",
     )
     concurrency_limit = models.IntegerField(null=True, blank=True)
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="W3C trace context of the enqueue, when tracing is on.",
+    )
+    snoozes = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="Times the body raised Snooze; those claims do not count toward max_attempts.",
+    )
+    retry_policy = models.JSONField(
+        null=True, blank=True, help_text="A retry policy given with .using(retry=...); else the task's."
+    )
 
     class Meta:
         db_table = "leasejobs_job"
@@ -138,6 +151,84 @@ class JobOverview(Job):
         default_permissions = ()
         verbose_name = "overview"
         verbose_name_plural = "overview"
+
+
+class LiveWorker(models.Model):
+    """One row per running worker, refreshed by its heartbeat thread (see ``leasejobs.liveness``).
+
+    Read by ``manage.py leasejobs_health --worker`` and the live-worker
+    gauges; written only by workers, with raw SQL.
+    """
+
+    worker_id = models.CharField(max_length=255, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    interval_seconds = models.FloatField(help_text="The heartbeat interval the worker keeps.")
+
+    class Meta:
+        db_table = "leasejobs_worker"
+        indexes = [models.Index(fields=["hostname", "started_at"], name="leasejobs_worker_host")]
+
+    def __str__(self) -> str:
+        return self.worker_id
+
+
+class ChartPoint(models.Model):
+    """One value of an admin overview chart for one closed time bucket (see ``leasejobs.admin.charts``).
+
+    A cache, not a record: it only spares the overview from reading a whole
+    day of jobs on every refresh (measured in docs/admin.md). Kept two days.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    chart = models.CharField(max_length=32)
+    step_seconds = models.IntegerField()
+    t = models.DateTimeField()
+    series = models.CharField(max_length=100, blank=True)
+    value = models.FloatField(null=True)
+
+    class Meta:
+        db_table = "leasejobs_chartpoint"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["chart", "step_seconds", "t", "series"], name="leasejobs_chartpoint_key"
+            )
+        ]
+
+
+class PeriodicSchedule(models.Model):
+    """The database's memory of one periodic schedule (see ``leasejobs.periodic``).
+
+    ``last_tick`` only ever moves forward, in the same statement that inserts
+    the tick's job: that row, not a leader, is what makes each tick enqueued
+    once. ``signature`` is the definition (task, expression, zone, arguments)
+    the ticks follow, and ``declared_at`` the database time at which the
+    worker that wrote it started: a worker started later with another
+    definition takes the schedule over; one started earlier leaves it alone.
+    A schedule removed from code keeps its row, for the record.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    task_name = models.CharField(max_length=255)
+    cron = models.CharField(max_length=255)
+    timezone = models.CharField(max_length=100)
+    signature = models.CharField(max_length=64, help_text="Hash of task, expression, zone and arguments.")
+    declared_at = models.DateTimeField(help_text="Start of the worker whose definition the ticks follow.")
+    last_tick = models.DateTimeField(help_text="The newest tick decided (enqueued or skipped).")
+    last_job_id = models.BigIntegerField(null=True, blank=True)
+    enqueued = models.BigIntegerField(default=0, help_text="Ticks enqueued as jobs.")
+    skipped = models.BigIntegerField(default=0, help_text="Ticks skipped (overlap, or too late).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "leasejobs_periodic_schedule"
+        verbose_name = "periodic schedule"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cron} {self.timezone})"
 
 
 class Queue(models.Model):

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 from django.apps import apps
@@ -20,6 +21,13 @@ from django.utils.module_loading import autodiscover_modules
 
 from leasejobs import conf, enqueue
 from leasejobs.models import Job
+from leasejobs.retry import RetryPolicy
+from leasejobs.validators import (
+    validate_concurrency_limit,
+    validate_priority,
+    validate_queue,
+    validate_task_options,
+)
 
 _registry: dict[str, "Task"] = {}
 _lock = threading.Lock()
@@ -44,6 +52,11 @@ class Task:
     run_at: dt.datetime | None = None
     delay: float | dt.timedelta | None = None
     idempotency_key: str | None = None
+    #: How failures are retried (None: every exception, backoff from LEASEJOBS).
+    retry: RetryPolicy | None = None
+    #: A policy given to ``using``: stored on each job this copy enqueues
+    #: (the worker only knows the registered task, so the row carries it).
+    retry_override: RetryPolicy | None = None
     #: At most this many jobs with one ``concurrency_key`` run at once.
     concurrency_limit: int | None = None
     concurrency_key: str | None = None
@@ -59,15 +72,18 @@ class Task:
         run_at: dt.datetime | None = None,
         delay: float | dt.timedelta | None = None,
         idempotency_key: str | None = None,
+        retry: RetryPolicy | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
     ) -> "Task":
         """A copy of this task that enqueues with these options.
 
+        ``retry`` replaces the task's policy for the jobs this copy enqueues.
         ``concurrency_key``: at most ``concurrency_limit`` (the task's, unless
         given here) jobs with this key run at once, across all workers.
         """
         changes: dict[str, Any] = {
+            "retry_override": _checked_policy(retry, self.name),
             "queue": queue,
             "priority": priority,
             "run_at": run_at,
@@ -89,6 +105,7 @@ class Task:
             "idempotency_key": self.idempotency_key,
             "concurrency_key": self.concurrency_key,
             "concurrency_limit": self.concurrency_limit,
+            "retry_policy": None if self.retry_override is None else self.retry_override.to_json(),
         }
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
@@ -123,6 +140,12 @@ def _qualified(func: Callable[..., Any]) -> str:
     return f"{func.__module__}.{func.__qualname__}"
 
 
+def _checked_policy(policy: object, task_name: str) -> RetryPolicy | None:
+    if policy is not None and not isinstance(policy, RetryPolicy):
+        raise ValueError(f"retry of task {task_name} must be a leasejobs.RetryPolicy, not {policy!r}.")
+    return policy
+
+
 def task(
     func: Callable[..., Any] | None = None,
     *,
@@ -134,41 +157,46 @@ def task(
     timeout_seconds: float | None = None,
     takes_context: bool = False,
     concurrency_limit: int | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Any:
     """Make a function a task: ``@task`` or ``@task(queue="receipts", ...)``.
 
     The default name is the function's dotted path. With
     ``takes_context=True`` the function's first argument is the job context.
+    ``retry`` is the task's ``RetryPolicy`` (see ``leasejobs.retry``).
     ``concurrency_limit=N``: at most N jobs of one ``using(concurrency_key=...)``
     run at once, across all workers.
     """
 
     def decorate(f: Callable[..., Any]) -> Task:
-        for option, value in (("lease_seconds", lease_seconds), ("timeout_seconds", timeout_seconds)):
-            if value is not None and (isinstance(value, bool) or not value > 0):
-                raise ValueError(f"{option} of task {_qualified(f)} must be a positive number.")
-        new = Task(
-            func=f,
-            name=name or _qualified(f),
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            lease_seconds=lease_seconds,
-            timeout_seconds=timeout_seconds,
-            takes_context=takes_context,
-            concurrency_limit=concurrency_limit,
+        # Fail at import, not at enqueue or in the worker, on an option that is no good.
+        where = f"of task {_qualified(f)}"
+        validate_queue(queue, f"queue {where}")
+        validate_priority(priority, f"priority {where}")
+        validate_task_options(
+            {
+                "max_attempts": max_attempts,
+                "lease_seconds": lease_seconds,
+                "timeout_seconds": timeout_seconds,
+            },
+            where,
         )
-        # Fail at import, not at enqueue, on an option enqueue would refuse.
-        enqueue.build(
-            new.name,
-            [],
-            {},
-            queue=queue,
-            priority=priority,
-            max_attempts=max_attempts,
-            concurrency_limit=concurrency_limit,
+        if concurrency_limit is not None:
+            validate_concurrency_limit(concurrency_limit, f"concurrency_limit {where}")
+        return register(
+            Task(
+                func=f,
+                name=name or _qualified(f),
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                lease_seconds=lease_seconds,
+                timeout_seconds=timeout_seconds,
+                takes_context=takes_context,
+                retry=_checked_policy(retry, _qualified(f)),
+                concurrency_limit=concurrency_limit,
+            )
         )
-        return register(new)
 
     return decorate(func) if func is not None else decorate
 
@@ -182,16 +210,15 @@ def all_tasks() -> dict[str, Task]:
     return dict(_registry)
 
 
-def autodiscover() -> None:
-    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"].
+def autodiscover() -> list[ModuleType]:
+    """Import every installed app's ``tasks`` module and LEASEJOBS["TASK_MODULES"]; return them.
 
-    Then the Django Tasks (Django 6+) found in exactly those modules are
-    registered too, by module path (see ``leasejobs.django_tasks``).
+    Importing them runs their ``@task`` decorators, which register the
+    tasks. The modules are returned so that other kinds of task found in them
+    can be registered too: a worker hands them to
+    ``leasejobs.tasks_backend.register_from`` for Django Tasks.
     """
-    from leasejobs import django_tasks  # imports this module
-
     autodiscover_modules("tasks")
     names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
     modules = [sys.modules[name] for name in names if name in sys.modules]
-    modules += [import_module(module) for module in conf.get("TASK_MODULES")]
-    django_tasks.register_from(modules)
+    return modules + [import_module(module) for module in conf.get("TASK_MODULES")]

@@ -33,57 +33,67 @@ primary key is the only index left for the probe.
 #: reads the existing job). Workers are woken by a NOTIFY carrying the queue
 #: name, delivered when the caller's transaction commits; a job scheduled for
 #: later sends none (the workers' poll finds it when it is due).
+#:
+#: ``delay`` counts from this statement (``statement_timestamp()``), not from
+#: the start of the caller's transaction (``now()``): enqueued late in a long
+#: transaction, a job with ``delay=1`` must still wait a second.
 ENQUEUE = """
 WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at, concurrency_key, concurrency_limit
+        errors, worker_ids, created_at, trace_context, snoozes, retry_policy,
+        concurrency_key, concurrency_limit
     )
     VALUES (
         %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
         'queued', 0, %(max_attempts)s,
-        COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)),
-        '', false, %(idempotency_key)s, '', '[]', '[]', now(),
+        COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
+        '', false, %(idempotency_key)s, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
+        0, %(retry_policy)s::jsonb,
         %(concurrency_key)s, %(concurrency_limit)s
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, run_at, created_at
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, %(queue)s) FROM inserted WHERE run_at <= now()
+    SELECT pg_notify(%(channel)s, %(queue)s) FROM inserted WHERE run_at <= statement_timestamp()
 )
 SELECT id, run_at, created_at, (SELECT count(*) FROM notified) FROM inserted
 """
 
 #: Insert many jobs in one statement, one array element per job, in input
 #: order. Rows whose idempotency key is taken are skipped (not returned).
-#: One NOTIFY per distinct queue with a due job.
+#: One NOTIFY per distinct queue with a due job. All rows share one trace
+#: context (the bulk enqueue's span), or none.
 BULK_ENQUEUE = """
 WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at, concurrency_key, concurrency_limit
+        errors, worker_ids, created_at, trace_context, snoozes, retry_policy,
+        concurrency_key, concurrency_limit
     )
     SELECT r.task_name, r.queue, r.priority, r.args::jsonb, r.kwargs::jsonb,
            'queued', 0, r.max_attempts,
-           COALESCE(r.run_at, now() + make_interval(secs => r.delay)),
-           '', false, r.idempotency_key, '', '[]', '[]', now(),
+           COALESCE(r.run_at, statement_timestamp() + make_interval(secs => r.delay)),
+           '', false, r.idempotency_key, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
+           0, r.retry_policy::jsonb,
            %(concurrency_key)s, %(concurrency_limit)s
     FROM unnest(
         %(task_names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
         %(args)s::text[], %(kwargs)s::text[], %(max_attempts)s::int[],
-        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(idempotency_keys)s::text[]
+        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(idempotency_keys)s::text[],
+        %(retry_policies)s::text[]
     ) WITH ORDINALITY AS r(task_name, queue, priority, args, kwargs, max_attempts,
-                           run_at, delay, idempotency_key, ord)
+                           run_at, delay, idempotency_key, retry_policy, ord)
     ORDER BY r.ord
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, idempotency_key, queue, run_at, created_at
 ),
 notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM (
-        SELECT DISTINCT queue FROM inserted WHERE run_at <= now()
+        SELECT DISTINCT queue FROM inserted WHERE run_at <= statement_timestamp()
     ) AS due
 )
 SELECT i.id, i.idempotency_key, i.run_at, i.created_at,
@@ -146,19 +156,31 @@ _CLAIM_SET = """
 #: claim the same token.
 #:
 #: ``runs`` counts attempts whose body started; it is what ``max_attempts``
-#: limits. The first ``counted`` rows, in claim order, go to idle runners and
-#: start at once, so they count now; the rest wait in the worker's prefetch
-#: buffer and count when they start (their finish, or ``MARK_STARTED``).
-#: Rows come back ``ended`` instead of claimed when they must not run again:
-#: ``'failed'`` for an expired lease with no runs left (a job that kills its
-#: worker cannot loop forever), ``'cancelled'`` when a cancel is pending (the
-#: worker that held it died before it could end it).
+#: limits (a snooze takes its run back). The first ``counted`` rows, in claim
+#: order, go to idle runners and start at once, so they count now; the rest
+#: wait in the worker's prefetch buffer and count when they start (their
+#: finish, or ``MARK_STARTED``). Rows come back ``ended`` instead of claimed
+#: when they must not run again: ``'failed'`` for an expired lease with no
+#: runs left (a job that kills its worker cannot loop forever),
+#: ``'cancelled'`` when a cancel is pending (the worker that held it died
+#: before it could end it).
+#:
+#: ``job_id`` (None for workers) claims that one job only: ``leasejobs.testing.run_job``.
+#:
+#: ``job_id`` (None for workers) claims that one job only: ``leasejobs.testing.run_job``.
+#:
+#: Due means by this statement's time (``statement_timestamp()``, which a
+#: worker's one-statement transaction shares with ``now()``): a job enqueued
+#: inside a long transaction is stamped with its statement's time, and
+#: ``leasejobs.testing`` claims inside the test's own transaction.
 #:
 #: The rows come back in claim order (an UPDATE's RETURNING has none), so a
 #: worker that claims many at once still starts them in priority order. The
 #: worker's claim connection turns sequential and bitmap scans off, so this
 #: is always a walk of the partial index that stops after ``limit`` rows,
 #: whatever the table's statistics say (see ``leasejobs.store``).
+#: ``waited`` (seconds from ``run_at`` to the claim, database clock) and
+#: ``trace_context`` feed the queue-time metric and the attempt's span.
 #:
 #: Queue controls: this claim leaves alone every job with a concurrency key
 #: and every job of a paused or limited queue (read from ``leasejobs_queue``
@@ -173,9 +195,10 @@ WITH picked AS (
                 WHEN status = 'running' AND runs >= max_attempts THEN 'failed' END AS ended
     FROM leasejobs_job
     WHERE status IN ('queued', 'running')
-      AND ((status = 'queued' AND run_at <= now())
-           OR (status = 'running' AND lease_until < now()))
+      AND ((status = 'queued' AND run_at <= statement_timestamp())
+           OR (status = 'running' AND lease_until < statement_timestamp()))
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
       AND concurrency_key IS NULL
       AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
                               WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
@@ -197,10 +220,12 @@ claimed AS (
     + """    FROM ranked AS p, durable
     WHERE j.id = p.id AND durable.setting IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
-              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at
+              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at,
+              j.trace_context, j.snoozes, j.retry_policy
 )
 SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
-       counted, taken_over
+       counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited,
+       trace_context, snoozes, retry_policy, 0 AS slots
 FROM claimed
 ORDER BY priority DESC, run_at, id
 """
@@ -261,8 +286,8 @@ candidate AS (
                 WHEN j.status = 'running' AND j.runs >= j.max_attempts THEN 'failed' END AS ended
     FROM leasejobs_job AS j
     WHERE j.status IN ('queued', 'running')
-      AND ((j.status = 'queued' AND j.run_at <= now())
-           OR (j.status = 'running' AND j.lease_until < now()))
+      AND ((j.status = 'queued' AND j.run_at <= statement_timestamp())
+           OR (j.status = 'running' AND j.lease_until < statement_timestamp()))
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
       AND (j.queue IN (SELECT name FROM open)
            OR (j.concurrency_key IS NOT NULL
@@ -333,7 +358,8 @@ claimed AS (
     + """    FROM chosen AS p, durable
     WHERE j.id = p.id AND durable.setting IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
-              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at, j.lease_until
+              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at,
+              j.trace_context, j.snoozes, j.retry_policy, j.lease_until
 ),
 taken AS (
     UPDATE leasejobs_slot AS s SET
@@ -347,6 +373,8 @@ taken AS (
 )
 SELECT c.id, c.task_name, c.args, c.kwargs, c.attempt, c.runs, c.max_attempts, c.queue, c.ended,
        c.last_error, c.counted, c.taken_over,
+       extract(epoch FROM statement_timestamp() - c.run_at)::float8 AS waited,
+       c.trace_context, c.snoozes, c.retry_policy,
        (SELECT count(*) FROM taken AS t WHERE t.job_id = c.id AND t.kind <> 'rate')::int AS slots
 FROM claimed AS c
 ORDER BY c.priority DESC, c.run_at, c.id
@@ -454,10 +482,13 @@ LEFT JOIN LATERAL (
 
 #: Write the outcome of many attempts in one statement: done, retry (back to
 #: queued, due after ``retry_delay`` seconds of database time), failed or
-#: cancelled. Each row is written only while the attempt still holds the job
-#: (id AND attempt AND holder AND running); a retry of a job with a pending
-#: cancel is written as cancelled instead. ``count_runs`` adds the run of an
-#: attempt that was not counted at its claim (it waited in the buffer).
+#: cancelled. A snooze is a retry with ``snoozed`` true: queued, due after
+#: its delay, ``snoozes`` + 1, and no error entry. Each row is written only
+#: while the attempt still holds the job (id AND attempt AND holder AND
+#: running); a retry of a job with a pending cancel is written as cancelled
+#: instead. ``run_deltas`` adjusts ``runs``: +1 for the run of an attempt
+#: that was not counted at its claim (it waited in the buffer), -1 to take
+#: back a counted run that ended in a snooze (a snooze is not a run).
 #: ``results`` arrive as JSON text, already checked by the worker.
 #: Returns ``(id, attempt, written)``: written true for the rows written;
 #: false for a row that is still this attempt's but locked by another
@@ -477,8 +508,8 @@ WITH outcome AS (
     FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(statuses)s::text[],
         %(results)s::text[], %(last_errors)s::text[], %(error_entries)s::jsonb[],
-        %(retry_delays)s::float8[], %(count_runs)s::int[]
-    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay, count_run)
+        %(retry_delays)s::float8[], %(run_deltas)s::int[], %(snoozed)s::boolean[]
+    ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay, run_delta, snoozed)
 ),
 locked AS (
     SELECT l.id, o.attempt
@@ -495,7 +526,7 @@ written AS (
         status      = CASE WHEN o.status = 'queued' AND j.cancel_requested THEN 'cancelled'
                            ELSE o.status END,
         result      = o.result::jsonb,
-        runs        = j.runs + o.count_run,
+        runs        = GREATEST(0, j.runs + o.run_delta),
         last_error  = COALESCE(o.last_error, j.last_error),
         errors      = CASE WHEN o.error_entry IS NULL THEN j.errors
                            ELSE j.errors || jsonb_build_array(o.error_entry) END,
@@ -504,7 +535,8 @@ written AS (
                            ELSE j.run_at END,
         finished_at = CASE WHEN o.status = 'queued' AND NOT j.cancel_requested THEN NULL
                            ELSE clock_timestamp() END,
-        lease_until = NULL
+        lease_until = NULL,
+        snoozes     = j.snoozes + CASE WHEN o.snoozed THEN 1 ELSE 0 END
     FROM locked AS l
     JOIN outcome AS o ON o.id = l.id AND o.attempt = l.attempt
     WHERE j.id = l.id
@@ -648,15 +680,15 @@ RETURNING j.id, j.attempt, j.leased_by, s.status
 """
 
 #: Retry now: a failed or cancelled job is queued again, due now, with room
-#: for one more attempt (``max_attempts`` raised to at least attempt + 1; the
-#: attempt itself is never lowered); a queued job scheduled for later becomes
-#: due now. NOTIFY on commit wakes the workers of those queues.
+#: for one more run (``max_attempts`` raised to at least ``runs`` + 1, the
+#: runs its bodies started; the attempt itself is never lowered); a
+#: queued job scheduled for later becomes due now. NOTIFY on commit wakes the workers of those queues.
 ADMIN_RETRY = """
 WITH retried AS (
     UPDATE leasejobs_job AS j SET
         status           = 'queued',
         run_at           = CASE WHEN j.status = 'queued' THEN LEAST(j.run_at, now()) ELSE now() END,
-        max_attempts     = GREATEST(j.max_attempts, j.attempt + 1),
+        max_attempts     = GREATEST(j.max_attempts, j.runs + 1),
         finished_at      = NULL,
         lease_until      = NULL,
         cancel_requested = false

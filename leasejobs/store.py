@@ -4,17 +4,20 @@
 place that knows what each takes and returns. A claim comes back as
 ``ClaimedRow``s, a heartbeat as ``BeatRow``s, a finish as ``FinishRow``s,
 never as tuples unpacked by position in several files. ``WorkerStore`` owns
-the worker's three connections and the session settings each needs.
+the worker's three connections and the settings each statement needs.
 """
 
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
-from leasejobs import conf, sql
+from leasejobs import conf, liveness, sql
 from leasejobs.connection import WorkerConnection
+from leasejobs.errors import ErrorEntry
 
 #: How long a claim or finish waits for a table-level lock before it gives
 #: up and tries again later (row locks are skipped, never waited for): a
@@ -30,9 +33,18 @@ LOCK_TIMEOUT_MS = 5000
 #: away. The queue controls' tables are tiny and read by sequential scan
 #: all the same (there is no other plan), which the switched-off plans price
 #: at 10^10: JIT compilation would then start on every claim (seconds on a
-#: loaded machine), so JIT is off on this connection.
-CLAIM_SESSION = f"-c enable_seqscan=off -c enable_bitmapscan=off -c jit=off -c lock_timeout={LOCK_TIMEOUT_MS}"
-FINISH_SESSION = f"-c lock_timeout={LOCK_TIMEOUT_MS}"
+#: loaded machine), so JIT is off for the claim.
+#:
+#: Each of these settings holds for every statement of its connection (see
+#: ``WorkerConnection``: startup options on a direct connection, one
+#: transaction's ``set_config(..., true)`` through a transaction pooler).
+CLAIM_SETTINGS = {
+    "enable_seqscan": "off",
+    "enable_bitmapscan": "off",
+    "jit": "off",
+    "lock_timeout": str(LOCK_TIMEOUT_MS),
+}
+FINISH_SETTINGS = {"lock_timeout": str(LOCK_TIMEOUT_MS)}
 
 #: A limited claim looks at this many candidates per job it wants (at least
 #: ``LIMITED_SCAN_MIN``): some candidates get no place (their key's places
@@ -41,10 +53,10 @@ LIMITED_SCAN_FACTOR = 4
 LIMITED_SCAN_MIN = 32
 
 
-def heartbeat_session(timeout_seconds: float) -> str:
+def heartbeat_settings(timeout_seconds: float) -> dict[str, str]:
     """A heartbeat never waits long: not on a lock, not on a slow server."""
-    ms = max(1000, int(timeout_seconds * 1000))
-    return f"-c statement_timeout={ms} -c lock_timeout={ms}"
+    ms = str(max(1000, int(timeout_seconds * 1000)))
+    return {"statement_timeout": ms, "lock_timeout": ms}
 
 
 class ClaimedRow(NamedTuple):
@@ -66,6 +78,14 @@ class ClaimedRow(NamedTuple):
     counted: bool
     #: The job was running under an expired lease (taken over), not queued.
     taken_over: bool
+    #: Seconds from the job's ``run_at`` to this claim (database clock): its queue time.
+    waited: float
+    #: The W3C trace context stored at enqueue (None without OpenTelemetry).
+    trace_context: Any
+    #: Times the job snoozed before this claim (``leasejobs.Snooze``).
+    snoozes: int
+    #: The retry policy stored by ``.using(retry=...)``, as JSON, or None.
+    retry_policy: Any
     #: Places under concurrency limits (queue, key) this attempt holds; its
     #: heartbeats keep the job only while it holds them all.
     slots: int = 0
@@ -91,12 +111,14 @@ class FinishRow(NamedTuple):
 class Outcome:
     """The result of one attempt, waiting to be written by the finisher."""
 
-    status: str  # done, queued (retry), failed or cancelled
+    status: str  # done, queued (retry or snooze), failed or cancelled
     #: The return value as JSON text (already checked), or None.
     result: str | None = None
     last_error: str | None = None
-    error_entry: dict[str, Any] | None = None
+    error_entry: ErrorEntry | None = None
     retry_delay: float | None = None
+    #: Queued by ``Snooze``: snoozes + 1, no error entry, and not a run.
+    snoozed: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -107,6 +129,56 @@ class Attempt:
     attempt: int
 
 
+def claim_params(
+    *,
+    limit: int,
+    counted: int,
+    queues: list[str] | None,
+    lease_seconds: float,
+    task_leases: dict[str, float],
+    worker_id: str,
+    job_id: int | None = None,
+) -> dict[str, Any]:
+    """The parameters of ``sql.CLAIM`` (the worker's, ``leasejobs.testing``'s, the bench's EXPLAIN)."""
+    return {
+        "job_id": job_id,
+        "queues": queues,
+        "limit": limit,
+        "counted": counted,
+        "lease_seconds": lease_seconds,
+        "task_leases": Jsonb(task_leases),
+        "worker_id": worker_id,
+    }
+
+
+def finish_params(
+    batch: Sequence[tuple[Attempt, Outcome, int]], worker_id: str, *, slotted: bool = False
+) -> dict[str, Any]:
+    """The parameters of ``sql.FINISH`` for (attempt, outcome, run delta) triples.
+
+    ``slotted``: some attempt of the batch may hold places under a limit, to be freed.
+    """
+    return {
+        "ids": [a.id for a, _, _ in batch],
+        "attempts": [a.attempt for a, _, _ in batch],
+        "statuses": [o.status for _, o, _ in batch],
+        "results": [o.result for _, o, _ in batch],
+        "last_errors": [o.last_error for _, o, _ in batch],
+        "error_entries": [_jsonb(o.error_entry) for _, o, _ in batch],
+        "retry_delays": [o.retry_delay for _, o, _ in batch],
+        "run_deltas": [delta for _, _, delta in batch],
+        "snoozed": [o.snoozed for _, o, _ in batch],
+        "worker_id": worker_id,
+        "channel": conf.get("NOTIFY_CHANNEL"),
+        "slotted": slotted,
+    }
+
+
+def run_delta(*, started: bool, counted: bool, snoozed: bool) -> int:
+    """How a finish changes ``runs``: +1 for a started run not counted yet; a snooze's run is taken back."""
+    return int(started and not counted) - int(snoozed)
+
+
 class WorkerStore:
     """The worker's statements on its own connections (claim, heartbeat, finish).
 
@@ -114,13 +186,14 @@ class WorkerStore:
     reconnects after failures; callers decide when to try again.
     """
 
-    def __init__(self, worker_id: str, *, heartbeat_timeout: float) -> None:
+    def __init__(self, worker_id: str, *, heartbeat_timeout: float, pooled: bool = False) -> None:
+        """``pooled``: the queue database is reached through a transaction pooler."""
         self.worker_id = worker_id
-        self._claim = WorkerConnection("claim", worker_id, session_settings=CLAIM_SESSION)
+        self._claim = WorkerConnection("claim", worker_id, settings=CLAIM_SETTINGS, pooled=pooled)
         self._beat = WorkerConnection(
-            "heartbeat", worker_id, session_settings=heartbeat_session(heartbeat_timeout)
+            "heartbeat", worker_id, settings=heartbeat_settings(heartbeat_timeout), pooled=pooled
         )
-        self._finish = WorkerConnection("finish", worker_id, session_settings=FINISH_SESSION)
+        self._finish = WorkerConnection("finish", worker_id, settings=FINISH_SETTINGS, pooled=pooled)
 
     def claim(
         self,
@@ -137,18 +210,18 @@ class WorkerStore:
         ``limited``: jobs under queue or key limits, each with its places
         (``CLAIM_LIMITED``), instead of the plain jobs (``CLAIM``).
         """
-        params = {
-            "queues": queues,
-            "limit": limit,
-            "counted": counted,
-            "lease_seconds": lease_seconds,
-            "task_leases": Jsonb(task_leases),
-            "worker_id": self.worker_id,
-        }
+        params = claim_params(
+            limit=limit,
+            counted=counted,
+            queues=queues,
+            lease_seconds=lease_seconds,
+            task_leases=task_leases,
+            worker_id=self.worker_id,
+        )
         if limited:
             params["scan"] = max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN)
         rows = self._claim.execute(sql.CLAIM_LIMITED if limited else sql.CLAIM, params)
-        return [ClaimedRow(*row) for row in rows]
+        return [ClaimedRow._make(row) for row in rows]
 
     def limits_apply(self, queues: list[str] | None) -> tuple[list[str], bool]:
         """``(limited queues, keys in use)``: the queues this worker serves with a limit, not paused."""
@@ -180,28 +253,13 @@ class WorkerStore:
         return [BeatRow._make(row) for row in rows]
 
     def finish(
-        self, batch: Sequence[tuple[Attempt, Outcome, bool]], *, slotted: bool = True
+        self, batch: Sequence[tuple[Attempt, Outcome, int]], *, slotted: bool = True
     ) -> list[FinishRow]:
-        """Write outcomes; each (attempt, outcome, count the run now).
+        """Write outcomes; each (attempt, outcome, change to ``runs``: see ``run_delta``).
 
         ``slotted`` false: no attempt of the batch holds a place under a limit.
         """
-        rows = self._finish.execute(
-            sql.FINISH,
-            {
-                "ids": [a.id for a, _, _ in batch],
-                "attempts": [a.attempt for a, _, _ in batch],
-                "statuses": [o.status for _, o, _ in batch],
-                "results": [o.result for _, o, _ in batch],
-                "last_errors": [o.last_error for _, o, _ in batch],
-                "error_entries": [_jsonb(o.error_entry) for _, o, _ in batch],
-                "retry_delays": [o.retry_delay for _, o, _ in batch],
-                "count_runs": [int(count) for _, _, count in batch],
-                "worker_id": self.worker_id,
-                "channel": conf.get("NOTIFY_CHANNEL"),
-                "slotted": slotted,
-            },
-        )
+        rows = self._finish.execute(sql.FINISH, finish_params(batch, self.worker_id, slotted=slotted))
         return [FinishRow._make(row) for row in rows]
 
     def release(self, jobs: Sequence[tuple[Attempt, bool]], *, slotted: bool = True) -> set[Attempt]:
@@ -222,10 +280,31 @@ class WorkerStore:
         )
         return {Attempt(job_id, attempt) for job_id, attempt in rows}
 
+    def alive(self, interval: float, *, first: bool) -> None:
+        """Keep this worker's ``leasejobs_worker`` row fresh (see ``leasejobs.liveness``).
+
+        ``first``: also forget workers that died without a clean stop a day ago.
+        """
+        if first:
+            self._beat.execute(liveness.FORGET_DEAD)
+        self._beat.execute(
+            liveness.ALIVE,
+            {
+                "worker_id": self.worker_id,
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "interval": interval,
+            },
+        )
+
+    def gone(self) -> None:
+        """At a clean stop: this worker's row goes."""
+        self._beat.execute(liveness.GONE, {"worker_id": self.worker_id})
+
     def close(self) -> None:
         for conn in (self._claim, self._beat, self._finish):
             conn.close()
 
 
-def _jsonb(value: dict[str, Any] | None) -> Jsonb | None:
+def _jsonb(value: ErrorEntry | None) -> Jsonb | None:
     return None if value is None else Jsonb(value)

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from leasejobs import conf
-from leasejobs.enqueue import encode_json
+from leasejobs.limits import encode_json
 
 #: How an error text over the size limit ends.
 TRUNCATED = "\n[... truncated to LEASEJOBS['MAX_PAYLOAD_BYTES']]"
@@ -61,4 +61,4 @@ def one_line(text: str) -> str:
     A message is the user's (or an attacker's) text; a newline in it must not
     start what looks like another log line.
     """
-    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() or ch in " \t" else repr(ch)[1:-1] for ch in text)

@@ -1,4 +1,13 @@
-"""Fixtures shared by the suite: real worker processes against the test database."""
+"""Fixtures shared by the suite: real worker processes against the test database.
+
+Markers, set here from what a test uses, so that no test file has to say it:
+``chaos`` for everything under tests/chaos/ (it restarts PostgreSQL, cuts
+the network, kills workers in storms), ``integration`` for a test that starts
+processes or servers or commits to the database (``start_worker``,
+``transactional_db`` or ``django_db(transaction=True)``, ``live_server``, and
+the modules in ``INTEGRATION_MODULES``). The rest are unit tests:
+``make test-fast`` runs them (``-m "not integration and not chaos"``).
+"""
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -6,6 +15,27 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import WorkerProcess, worker_env
+
+#: Fixtures whose tests are integration tests (the fixtures they use count too).
+INTEGRATION_FIXTURES = {"start_worker", "transactional_db", "live_server"}
+#: Test modules that start processes or servers of their own.
+INTEGRATION_MODULES = {"test_localdb.py", "test_admin_browser.py", "test_bench.py"}
+CHAOS_DIR = Path(__file__).resolve().parent / "chaos"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(item.path)
+        if CHAOS_DIR in path.parents:
+            item.add_marker(pytest.mark.chaos)
+            continue
+        db = item.get_closest_marker("django_db")
+        if (
+            INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or (db is not None and db.kwargs.get("transaction"))
+            or path.name in INTEGRATION_MODULES
+        ):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture

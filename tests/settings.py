@@ -1,25 +1,51 @@
-"""Test settings: the demo site plus a test app whose tasks the worker runs."""
+"""Settings of the test project: leasejobs, a test app whose tasks the worker runs,
+and the demo's app (tests/test_demo.py tests it).
 
+The database comes from ``localdb`` (``DATABASE_URL``, else a server on
+localhost, else the embedded PostgreSQL), as for the demo; nothing here
+imports the demo's settings.
+"""
+
+import os
 from importlib.util import find_spec
 
-from demo_site.settings import *  # noqa: F403
-from demo_site.settings import INSTALLED_APPS, LEASEJOBS
+import environ
 
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
-LEASEJOBS = {**LEASEJOBS, "RETRY_BACKOFF_SECONDS": 0.2, "RETRY_BACKOFF_MAX_SECONDS": 1.0}
+import localdb
+from tests.base_settings import *  # noqa: F403
+
+env = environ.Env()
+
+DATABASES = {"default": env.db_url_config(localdb.database_url())}
+# Worker processes keep their connections, as in production.
+DATABASES["default"]["CONN_MAX_AGE"] = 600
+
+# Retries come quickly so that tests of retries do not wait.
+LEASEJOBS = {
+    "LEASE_SECONDS": 30,
+    "MAX_ATTEMPTS": 5,
+    "RETRY_BACKOFF_SECONDS": 0.2,
+    "RETRY_BACKOFF_MAX_SECONDS": 1.0,
+}
+
+# The worker logs its one-line events where tests read them (the worker's log file).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"leasejobs": {"handlers": ["console"], "level": env("LEASEJOBS_LOG_LEVEL", default="INFO")}},
+}
 
 # Django's Tasks framework (Django 6+ only): Django Tasks of the test app go
 # through leasejobs, and django.tasks' own signal receivers log to the
 # worker's log so tests can see task_started / task_finished there.
 if find_spec("django.tasks") is not None:
-    from demo_site.settings import LOGGING
-
     TASKS = {"default": {"BACKEND": "leasejobs.backend.LeaseJobsBackend", "OPTIONS": {"MAX_ATTEMPTS": 2}}}
-    LEASEJOBS["TASK_MODULES"] = [*LEASEJOBS.get("TASK_MODULES", []), "tests.testapp.django_tasks"]
-    LOGGING = {
-        **LOGGING,
-        "loggers": {
-            **LOGGING["loggers"],
-            "django.tasks": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        },
-    }
+    LEASEJOBS["TASK_MODULES"] = ["tests.testapp.django_tasks"]
+    LOGGING["loggers"]["django.tasks"] = {"handlers": ["console"], "level": "INFO", "propagate": False}
+
+# A worker started with this variable has a small payload limit, so a test can
+# exceed it with a result or side-effect data of a few kilobytes.
+if _max_payload := os.environ.get("LEASEJOBS_TEST_MAX_PAYLOAD_BYTES"):
+    LEASEJOBS["MAX_PAYLOAD_BYTES"] = int(_max_payload)

@@ -35,6 +35,8 @@ def secs(n: float) -> dt.timedelta:
 
 
 def make_job(**fields) -> Job:
+    # Every attempt so far started its body: runs counts them (max_attempts limits runs).
+    fields.setdefault("runs", fields.get("attempt", 0))
     fields.setdefault("task_name", "tests.testapp.tasks.add")
     fields.setdefault("run_at", Now())
     job = Job.objects.create(**fields)
@@ -393,15 +395,104 @@ def test_retry_leaves_a_job_that_changed_since_the_page_was_shown(admin_client):
 
 
 @pytest.mark.django_db
-def test_an_action_needs_the_row_tokens_and_refuses_select_across(admin_client):
+def test_select_across_is_refused(admin_client):
     job = running(left=-5)
-    assert act(admin_client, "release_lease", [job], tokens={}) == [
-        "Released 0 of 1 selected job. 1 has changed since the page was shown and has been left alone."
-    ]
-    assert fresh(job).status == "running"
     messages = act(admin_client, "release_lease", [job], select_across="1")
     assert messages[0].startswith("Select the jobs on this page")
     assert fresh(job).status == "running"
+
+
+# -- actions without the page's state: a plain admin POST, a script, a call from code --
+
+
+def post_without_state(client: Client, action: str, jobs: list[Job]) -> list[str]:
+    """A standard Django admin action POST: only the selected ids, no row state."""
+    return act(client, action, jobs, tokens={})
+
+
+def call_from_code(action: str, queryset) -> list[str]:
+    """The action function called directly, as a script would: a bare request, no POST data."""
+    from django.contrib import admin as django_admin
+    from django.contrib.messages.storage.fallback import FallbackStorage
+    from django.test import RequestFactory
+
+    from leasejobs.admin import actions
+
+    request = RequestFactory().get(CHANGELIST)
+    request.user = User.objects.get_or_create(username="script", is_staff=True, is_superuser=True)[0]
+    request.session = {}
+    request._messages = FallbackStorage(request)
+    getattr(actions, action)(django_admin.site._registry[Job], request, queryset)
+    return [m.message for m in request._messages]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("how", [post_without_state, call_from_code])
+def test_release_without_the_page_state_acts_on_the_current_state(admin_client, how):
+    job = running(left=-5, attempt=2)
+    other = running(left=-5, attempt=1)
+    done = make_job(status="done", attempt=1)
+    if how is post_without_state:
+        messages = how(admin_client, "release_lease", [job, done])
+    else:
+        messages = how("release_lease", Job.objects.filter(pk__in=[job.pk, done.pk]))
+    assert messages == ["Released 1 of 2 selected jobs. 1 was not running."]
+    job = fresh(job)
+    assert (job.status, job.lease_until, job.attempt) == ("queued", None, 2)
+    assert fresh(other).status == "running"  # not in the queryset: left alone
+    assert fresh(done).status == "done"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("how", [post_without_state, call_from_code])
+def test_cancel_without_the_page_state_acts_on_the_current_state(admin_client, how):
+    queued = make_job()
+    job = running(left=20)
+    other = make_job()
+    if how is post_without_state:
+        messages = how(admin_client, "cancel", [queued, job])
+    else:
+        messages = how("cancel", Job.objects.filter(pk__in=[queued.pk, job.pk]))
+    assert messages == ["Cancelled 1 queued job and asked 1 running job to stop of 2 selected jobs."]
+    assert fresh(queued).status == "cancelled"
+    assert (fresh(job).status, fresh(job).cancel_requested) == ("running", True)
+    assert (fresh(other).status, fresh(other).cancel_requested) == ("queued", False)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("how", [post_without_state, call_from_code])
+def test_retry_now_without_the_page_state_acts_on_the_current_state(admin_client, how):
+    failed = make_job(status="failed", attempt=3, max_attempts=3, finished_at=Now())
+    cancelled = make_job(status="cancelled", attempt=1, cancel_requested=True, finished_at=Now())
+    other = make_job(status="failed", attempt=1, max_attempts=1, finished_at=Now())
+    job = running(left=20)
+    if how is post_without_state:
+        messages = how(admin_client, "retry_now", [failed, cancelled, job])
+    else:
+        messages = how("retry_now", Job.objects.filter(pk__in=[failed.pk, cancelled.pk, job.pk]))
+    assert messages == ["Queued 2 to run now of 3 selected jobs. 1 was not failed, cancelled or queued."]
+    failed = fresh(failed)
+    assert (failed.status, failed.attempt, failed.max_attempts) == ("queued", 3, 4)
+    assert (fresh(cancelled).status, fresh(cancelled).cancel_requested) == ("queued", False)
+    assert fresh(job).status == "running"
+    assert fresh(other).status == "failed"  # not in the queryset: left alone
+
+
+@pytest.mark.django_db
+def test_the_page_state_of_rows_outside_the_queryset_changes_nothing(admin_client):
+    """Tokens for jobs not selected are ignored: the action's queryset decides the rows."""
+    chosen = make_job(status="failed", attempt=1)
+    bystander = make_job(status="failed", attempt=1)
+    tokens = tokens_on(page(admin_client))
+    data = {
+        "action": "retry_now",
+        "index": "0",
+        "_selected_action": [str(chosen.pk)],
+        "leasejobs_seen": [tokens[chosen.pk], tokens[bystander.pk]],
+    }
+    response = admin_client.post(CHANGELIST, data, follow=True)
+    assert [m.message for m in response.context["messages"]] == ["Queued 1 to run now of 1 selected job."]
+    assert (fresh(chosen).status, fresh(bystander).status) == ("queued", "failed")
 
 
 @pytest.mark.django_db

@@ -122,6 +122,23 @@ def test_get_result_and_refresh_give_the_enqueued_result_back(db):
     assert dataclasses.asdict(result) == before
 
 
+@pytest.mark.parametrize("hours", [1, -1])
+def test_get_result_gives_run_after_back_as_enqueue_returned_it(db, hours):
+    when = timezone.now() + dt.timedelta(hours=hours)
+    result = dtasks.noop.using(run_after=when).enqueue()
+    assert result.task.run_after == when
+    fetched = default_task_backend.get_result(result.id)
+    assert fetched.task.run_after == when
+    assert fetched == result == dtasks.noop.get_result(result.id)
+
+
+def test_get_result_of_a_task_due_at_once_has_no_run_after(db):
+    with transaction.atomic():  # run_at and created_at: the enqueue statement's time, not the transaction's
+        result = dtasks.noop.enqueue()
+    assert result.task.run_after is None
+    assert default_task_backend.get_result(result.id) == result
+
+
 @pytest.mark.parametrize("result_id", ["123456789", "abc", "", "-1", "0", "9" * 30, 123456789])
 def test_get_result_of_no_job_raises(db, result_id):
     with pytest.raises(TaskResultDoesNotExist):

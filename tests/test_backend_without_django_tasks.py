@@ -11,8 +11,7 @@ from importlib import import_module
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-import leasejobs
-from leasejobs import registry
+from leasejobs import registry, tasks_backend
 from tests.testapp import tasks as leasejobs_tasks
 
 
@@ -26,10 +25,11 @@ def no_django_tasks(monkeypatch):
     for name in [n for n in sys.modules if n == "django.tasks" or n.startswith("django.tasks.")]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "django.tasks", None)
-    for name in ("backend", "django_tasks"):
-        if f"leasejobs.{name}" in sys.modules:
-            monkeypatch.setattr(leasejobs, name, sys.modules[f"leasejobs.{name}"])
-            monkeypatch.delitem(sys.modules, f"leasejobs.{name}")
+    for name in ("leasejobs.backend", "leasejobs.tasks_backend.backend"):
+        if name in sys.modules:
+            package, _, module = name.rpartition(".")
+            monkeypatch.setattr(sys.modules[package], module, sys.modules[name])
+            monkeypatch.delitem(sys.modules, name)
 
 
 def test_the_backend_module_says_it_needs_django_6(no_django_tasks):
@@ -39,9 +39,7 @@ def test_the_backend_module_says_it_needs_django_6(no_django_tasks):
 
 
 def test_task_discovery_skips_django_tasks_and_keeps_leasejobs_tasks(no_django_tasks):
-    django_tasks = import_module("leasejobs.django_tasks")
-    assert django_tasks.DjangoTask is None
     before = registry.all_tasks()
-    django_tasks.register_from([leasejobs_tasks])
+    tasks_backend.register_from([leasejobs_tasks])
     assert registry.all_tasks() == before
     assert registry.get("tests.testapp.tasks.add") is leasejobs_tasks.add

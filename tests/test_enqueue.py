@@ -2,6 +2,7 @@
 
 import datetime as dt
 import math
+import time
 
 import psycopg
 import pytest
@@ -112,6 +113,28 @@ def test_oversized_payload_is_refused(settings):
     settings.LEASEJOBS = {"MAX_PAYLOAD_BYTES": 1000}
     with pytest.raises(ValueError, match="MAX_PAYLOAD_BYTES"):
         add.enqueue("x" * 2000, 1)
+
+
+def _database_clock() -> dt.datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("bulk", [False, True])
+def test_delay_counts_from_the_enqueue_statement_not_the_transaction_start(bulk):
+    """A job enqueued late in a long transaction with delay=1 still waits a second."""
+    delayed = add.using(delay=1)
+    with transaction.atomic():
+        _database_clock()  # the transaction has started
+        time.sleep(2)
+        before = _database_clock()
+        job = delayed.bulk_enqueue([((1, 1), {})])[0] if bulk else delayed.enqueue(1, 1)
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.run_at == job.run_at
+    assert stored.run_at >= before + dt.timedelta(seconds=1), (stored.run_at, before)
+    assert stored.created_at >= before
+    assert stored.run_at - stored.created_at == dt.timedelta(seconds=1)
 
 
 def test_run_at_and_delay_schedule_the_job():

@@ -53,7 +53,9 @@ def test_hostile_strings_are_stored_run_and_read_back_verbatim(start_worker):
     }
     unknown = {h: insert_row(h) for h in HOSTILE}  # hostile task names nobody registered
     queues = [arg for h in HOSTILE for arg in ("--queue", h)]
-    worker = start_worker("--burst", *queues, "--queue", "default", env={"DJANGO_SETTINGS_MODULE": SETTINGS})
+    worker = start_worker(
+        "--burst", "-v", "2", *queues, "--queue", "default", env={"DJANGO_SETTINGS_MODULE": SETTINGS}
+    )
     assert worker.wait() == 0, worker.log()[-3000:]
     for h, job in jobs.items():
         job.refresh_from_db()

@@ -26,6 +26,7 @@ GRANTS = [
     "GRANT SELECT, INSERT ON leasejobs_sideeffect TO {role}",
     "GRANT SELECT ON leasejobs_queue TO {role}",
     "GRANT SELECT, UPDATE ON leasejobs_slot TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE leasejobs_worker TO {role}",
 ]
 
 

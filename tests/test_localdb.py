@@ -1,4 +1,4 @@
-"""Tests of demo_site.localdb, the "which PostgreSQL" of make demo and make test.
+"""Tests of localdb, the "which PostgreSQL" of make demo and make test.
 
 Real servers, no mocks: the localhost:5432 server if one answers (skipped
 otherwise), and an embedded PostgreSQL in a temporary directory that these
@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from demo_site import localdb
+import localdb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,7 +111,7 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     # Captured through pipes on purpose: a postmaster that inherited them
     # would make this hang until the timeout.
     return subprocess.run(
-        [sys.executable, "-m", "demo_site.localdb", *args],
+        [sys.executable, "-m", "localdb", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -149,8 +149,7 @@ def test_sigkilled_owner_does_not_matter(embedded_env: dict, data_dir: Path) -> 
         [
             sys.executable,
             "-c",
-            "import time; from demo_site import localdb; "
-            "print(localdb.database_url(), flush=True); time.sleep(60)",
+            "import time; import localdb; print(localdb.database_url(), flush=True); time.sleep(60)",
         ],
         cwd=ROOT,
         env=embedded_env,

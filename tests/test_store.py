@@ -11,7 +11,7 @@ import pytest
 from leasejobs import sql
 from leasejobs.connection import connection_params
 from leasejobs.models import Job
-from leasejobs.store import Attempt, Outcome, WorkerStore
+from leasejobs.store import Attempt, Outcome, WorkerStore, claim_params
 from tests.testapp.tasks import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -112,7 +112,10 @@ def test_a_retry_written_while_a_cancel_is_pending_ends_cancelled(store):
 @pytest.mark.parametrize(
     ("statement", "params"),
     [
-        (sql.CLAIM, {"limit": 1, "counted": 1, "queues": None, "lease_seconds": 30, "worker_id": "w"}),
+        (
+            sql.CLAIM,
+            claim_params(limit=1, counted=1, queues=None, lease_seconds=30, task_leases={}, worker_id="w"),
+        ),
         (sql.MARK_STARTED, {"attempt": 1, "worker_id": "w"}),
         (sql.FENCE_CHECK, {}),
     ],
@@ -122,9 +125,7 @@ def test_claims_start_marks_and_side_effects_commit_synchronously_whatever_the_d
 ):
     """A claim acknowledged and then lost in a crash could give one token to two workers."""
     job = record.enqueue(1)
-    if statement is sql.CLAIM:
-        params = {**params, "task_leases": psycopg.types.json.Jsonb({})}
-    else:
+    if statement is not sql.CLAIM:
         claim(store("w"))
         params = {**params, "id": job.id, "job_id": job.id}
     with psycopg.connect(**connection_params(), options="-c synchronous_commit=off") as conn:

@@ -60,11 +60,11 @@ def test_higher_priority_runs_first_then_oldest_run_at_then_id(start_worker):
 
 
 def test_without_heartbeat_or_fencing_the_slow_job_runs_twice_and_sends_twice(start_worker):
-    """The bug we exist for, reproduced: lease 1 s, first attempt 3 s, two workers."""
-    job = naive_receipt.enqueue(7, first_attempt_seconds=3)
-    a = start_worker("--no-heartbeat", "--lease", "1", "--concurrency", "1", "--worker-id", "a")
+    """The bug we exist for, reproduced: lease 1 s, first attempt 5 s, two workers."""
+    job = naive_receipt.enqueue(7, first_attempt_seconds=5)
+    a = start_worker("--no-heartbeat", "--lease", "1", "--concurrency", "1", "--worker-id", "a", "-v", "2")
     wait_until(lambda: runs(job) == 1, what="worker a starts the job")
-    b = start_worker("--no-heartbeat", "--lease", "1", "--worker-id", "b")
+    b = start_worker("--no-heartbeat", "--lease", "1", "--worker-id", "b", "-v", "2")
     wait_until(lambda: job_now(job).status == "done", what="job done")
     wait_until(lambda: a.count(r"lease lost job=") == 1, what="a's stale finish dropped")
     assert runs(job) == 2
@@ -76,7 +76,7 @@ def test_without_heartbeat_or_fencing_the_slow_job_runs_twice_and_sends_twice(st
 
 def test_fencing_and_idempotency_make_the_second_run_harmless(start_worker):
     """Same timings; the body runs twice but the receipt is sent once."""
-    job = receipt.enqueue(8, first_attempt_seconds=3)
+    job = receipt.enqueue(8, first_attempt_seconds=5)
     a = start_worker("--no-heartbeat", "--lease", "1", "--concurrency", "1", "--worker-id", "a")
     wait_until(lambda: runs(job) == 1, what="worker a starts the job")
     start_worker("--no-heartbeat", "--lease", "1", "--worker-id", "b")
@@ -91,7 +91,7 @@ def test_fencing_and_idempotency_make_the_second_run_harmless(start_worker):
 
 
 def test_a_stale_finish_never_overwrites_the_newer_attempt(start_worker):
-    job = slow_first.enqueue(3)
+    job = slow_first.enqueue(5)
     a = start_worker("--no-heartbeat", "--lease", "1", "--concurrency", "1", "--worker-id", "a")
     wait_until(lambda: runs(job) == 1, what="a starts")
     start_worker("--no-heartbeat", "--lease", "1", "--worker-id", "b")
@@ -101,7 +101,7 @@ def test_a_stale_finish_never_overwrites_the_newer_attempt(start_worker):
 
 
 def test_heartbeats_keep_the_lease_so_the_slow_job_runs_once(start_worker):
-    job = receipt.enqueue(9, first_attempt_seconds=3)
+    job = receipt.enqueue(9, first_attempt_seconds=5)
     start_worker("--lease", "1", "--concurrency", "1", "--worker-id", "a")
     wait_until(lambda: runs(job) == 1, what="a starts")
     start_worker("--lease", "1", "--worker-id", "b")
@@ -252,7 +252,7 @@ def test_sigterm_past_the_grace_gives_the_lease_back(start_worker):
 
 def test_no_job_is_claimed_twice_by_three_workers_of_four_threads(start_worker):
     jobs = record.bulk_enqueue([((i,), {}) for i in range(2000)])
-    workers = [start_worker("--burst", "--concurrency", "4") for _ in range(3)]
+    workers = [start_worker("--burst", "--concurrency", "4", "-v", "2") for _ in range(3)]
     for w in workers:
         assert w.wait(timeout=120) == 0, w.log()[-2000:]
     assert Job.objects.filter(status="done", attempt=1).count() == len(jobs)

@@ -6,21 +6,29 @@ attempt it was shown with (a hidden ``leasejobs_seen`` input beside its
 checkbox); an action sends the selected rows with those values to one
 statement of ``leasejobs.sql`` whose WHERE re-checks them, and reports how
 many rows it changed and how many had changed since the page was shown.
+
+A row of the action's ``queryset`` that comes without that state (a plain
+Django admin POST, another admin theme's template, a script, or the action
+called from code as ``retry_now(modeladmin, request, queryset)``) is acted
+on in its current state: its id, status and attempt are read first and the
+same fenced statement runs with them, so a row that moves on between the read
+and the write is still left alone. Only the rows of ``queryset`` are touched.
 "Select all N jobs" across pages is refused: rows on other pages were never
-shown, so there is no state to fence on.
+shown, so the operator never saw what they would change.
 """
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from leasejobs import conf, sql
-from leasejobs.enqueue import DB_ALIAS
+from leasejobs.conf import db_alias
 from leasejobs.models import Job
 
 logger = logging.getLogger("leasejobs.admin")
@@ -54,6 +62,8 @@ class Selection:
     selected: int
     not_eligible: int
     eligible_as: str
+    #: How the rows' expected state was known: "the page was shown" or "it was read".
+    since: str
 
     @property
     def params(self) -> dict[str, list]:
@@ -66,11 +76,11 @@ class Selection:
     def report(self, model_admin: admin.ModelAdmin, request: HttpRequest, done: str, changed: int) -> None:
         """One message: what was done, of how many, and why the rest was not."""
         parts = [f"{done} of {_plural(self.selected, 'selected job', 'selected jobs')}."]
-        # Selected rows that were eligible, or came without a token, and were not changed.
+        # Eligible rows that were not changed: they moved on before the statement ran.
         moved_on = self.selected - self.not_eligible - changed
         if moved_on:
             verb = "has" if moved_on == 1 else "have"
-            parts.append(f"{moved_on} {verb} changed since the page was shown and {verb} been left alone.")
+            parts.append(f"{moved_on} {verb} changed since {self.since} and {verb} been left alone.")
         if self.not_eligible:
             parts.append(
                 f"{self.not_eligible} {'was' if self.not_eligible == 1 else 'were'} not {self.eligible_as}."
@@ -79,14 +89,28 @@ class Selection:
         model_admin.message_user(request, " ".join(parts), level)
 
 
-def select(
-    model_admin: admin.ModelAdmin, request: HttpRequest, eligible: set[str], eligible_as: str
-) -> Selection | None:
-    """The selected rows as they were shown, split by whether the action applies.
+def _shown(request: HttpRequest) -> dict[int, Seen]:
+    """The rows' state as the changelist showed it, from its hidden inputs (maybe none)."""
+    shown: dict[int, Seen] = {}
+    for token in request.POST.getlist(SEEN_FIELD):
+        job_id, _, rest = token.partition(":")
+        status, _, attempt = rest.partition(":")
+        if job_id.isdigit() and attempt.isdigit():
+            shown[int(job_id)] = Seen(int(job_id), status, int(attempt))
+    return shown
 
-    A selected row without a well-formed token (a hand-made POST) has no
-    state to fence on and is counted as changed. None (and a message) for a
-    select-across.
+
+def select(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet[Job],
+    eligible: set[str],
+    eligible_as: str,
+) -> Selection | None:
+    """The rows of ``queryset`` with the state to fence on, split by whether the action applies.
+
+    A row's state is the one its page showed when the POST carries it, else
+    its current state, read here. None (and a message) for a select-across.
     """
     if request.POST.get("select_across") == "1":
         model_admin.message_user(
@@ -96,22 +120,21 @@ def select(
             messages.ERROR,
         )
         return None
-    selected = set(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME))
-    seen: dict[int, Seen] = {}
-    for token in request.POST.getlist(SEEN_FIELD):
-        job_id, _, rest = token.partition(":")
-        status, _, attempt = rest.partition(":")
-        if job_id in selected and job_id.isdigit() and attempt.isdigit():
-            seen[int(job_id)] = Seen(int(job_id), status, int(attempt))
-    targets = [s for s in seen.values() if s.status in eligible]
-    return Selection(targets, len(selected), len(seen) - len(targets), eligible_as)
+    shown = _shown(request)
+    current = queryset.using(db_alias()).order_by("pk").values_list("pk", "status", "attempt")
+    rows = [shown.get(pk, Seen(pk, status, attempt)) for pk, status, attempt in current]
+    targets = [s for s in rows if s.status in eligible]
+    from_page = any(s.id in shown for s in rows)
+    since = "the page was shown" if from_page else "it was read"
+    return Selection(targets, len(rows), len(rows) - len(targets), eligible_as, since)
 
 
-def _execute(statement: str, params: dict[str, object]) -> list[tuple]:
+def _execute(statement: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run one fenced statement; its rows are (id, attempt, worker, ...) per changed job."""
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(statement, params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
 
 
 def _log(event: str, request: HttpRequest, rows: list[tuple]) -> None:
@@ -131,7 +154,7 @@ def _log(event: str, request: HttpRequest, rows: list[tuple]) -> None:
 )
 def release_lease(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Job]) -> None:
     """Give running jobs' leases back: queued, claimable at once, the holder's writes fenced off."""
-    selection = select(model_admin, request, {Job.Status.RUNNING}, "running")
+    selection = select(model_admin, request, queryset, {Job.Status.RUNNING}, "running")
     if selection is None:
         return
     params = {k: v for k, v in selection.params.items() if k != "statuses"}
@@ -143,7 +166,9 @@ def release_lease(model_admin: admin.ModelAdmin, request: HttpRequest, queryset:
 @admin.action(description="Cancel (queued: at once; running: ask the body to stop)", permissions=["change"])
 def cancel(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Job]) -> None:
     """Cancel queued jobs now; ask running ones to stop, through their worker's heartbeat."""
-    selection = select(model_admin, request, {Job.Status.QUEUED, Job.Status.RUNNING}, "queued or running")
+    selection = select(
+        model_admin, request, queryset, {Job.Status.QUEUED, Job.Status.RUNNING}, "queued or running"
+    )
     if selection is None:
         return
     rows = _execute(sql.ADMIN_CANCEL, selection.params)
@@ -163,6 +188,7 @@ def retry_now(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: Que
     selection = select(
         model_admin,
         request,
+        queryset,
         {Job.Status.QUEUED, Job.Status.FAILED, Job.Status.CANCELLED},
         "failed, cancelled or queued",
     )

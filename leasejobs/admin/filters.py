@@ -40,8 +40,8 @@ class QueueFilter(admin.SimpleListFilter):
             .values_list("queue", flat=True)
             .distinct()
         )
-        if self.value():
-            queues.add(self.value())
+        if chosen := self.value():
+            queues.add(chosen)
         return [(q, q) for q in sorted(queues)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:

@@ -13,18 +13,20 @@ import json
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import F, Func, Q, QuerySet, TextField, Value
 from django.db.models.functions import Left, Now
 from django.http import HttpRequest
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from leasejobs.admin import actions, lease
+from leasejobs.admin import actions, lease, retry_matching
 from leasejobs.admin.filters import LeaseStateFilter, QueueFilter
 from leasejobs.admin.paginator import EstimatedCountPaginator
+from leasejobs.errors import read_entries
 from leasejobs.models import Job, SideEffect, Slot
 
 #: Columns the changelist never shows; left unread so a page of 100 jobs
@@ -53,18 +55,18 @@ class JobChangeList(ChangeList):
         first_line = Func(
             F("last_error"), Value("\n"), Value(1), function="split_part", output_field=TextField()
         )
-        return (
+        queryset: QuerySet[Job] = (
             super()
             .get_queryset(request, *args, **kwargs)
             .defer(*HEAVY_COLUMNS)
             .annotate(error_head=Left(first_line, ERROR_HEAD_CHARS + 1))
         )
+        return queryset
 
 
 class SideEffectInline(admin.TabularInline):
     model = SideEffect
-    fields = ["key", "fencing_token", "data_display", "created_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("key", "fencing_token", "data_display", "created_at")
     extra = 0
     can_delete = False
     verbose_name = "side effect (with the fencing token of the attempt that recorded it)"
@@ -163,7 +165,7 @@ class JobAdmin(BigTableAdmin):
         ("Arguments and result", {"fields": ["args_display", "kwargs_display", "result_display"]}),
         ("Errors", {"fields": ["last_error_display", "errors_display"]}),
     ]
-    readonly_fields = [f for _, options in fieldsets for f in options["fields"]]
+    readonly_fields = flatten_fieldsets(fieldsets)
 
     class Media:
         css = {"all": ["leasejobs/admin.css"]}
@@ -175,10 +177,19 @@ class JobAdmin(BigTableAdmin):
         # job's own page stays read-only for everyone (asked with obj).
         return obj is None and super().has_change_permission(request)
 
+    def get_urls(self) -> list[URLPattern]:
+        retry_failed = path(
+            "retry-failed/",
+            self.admin_site.admin_view(lambda request: retry_matching.view(self, request)),
+            name="leasejobs_job_retry_failed",
+        )
+        return [retry_failed, *super().get_urls()]
+
     # -- rows -----------------------------------------------------------------
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        return super().changelist_view(request, {"title": "Jobs", **(extra_context or {})})
+        context = {"title": "Jobs", "can_retry_failed": self.has_change_permission(request)}
+        return super().changelist_view(request, {**context, **(extra_context or {})})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         return lease.annotate(super().get_queryset(request))
@@ -252,11 +263,11 @@ class JobAdmin(BigTableAdmin):
     @admin.display(description="run at")
     def run_at_display(self, obj: Job) -> SafeString:
         """When it is (or was) due, relative to the database clock; the date on hover."""
-        return format_html('<span title="{}">{}</span>', obj.run_at.isoformat(), lease.relative(obj.run_in))
+        return format_html('<span title="{}">{}</span>', obj.run_at.isoformat(), lease.relative(obj.run_in))  # type: ignore[attr-defined]
 
     @admin.display(description="last error")
     def error_display(self, obj: Job) -> str:
-        head = obj.error_head
+        head: str = obj.error_head  # type: ignore[attr-defined]  # annotated by get_queryset()
         return head[:ERROR_HEAD_CHARS] + "…" if len(head) > ERROR_HEAD_CHARS else head
 
     # -- the job page ---------------------------------------------------------
@@ -296,8 +307,8 @@ class JobAdmin(BigTableAdmin):
                     e.get("exception_class", ""),
                     e.get("traceback", ""),
                 )
-                for e in (obj.errors or [])
-                if isinstance(e, dict)
+                for e in read_entries(obj.errors)
+                if isinstance(e, dict)  # the column is JSON: anyone with SQL may have put anything there
             ),
         )
 
@@ -308,8 +319,7 @@ class SideEffectAdmin(BigTableAdmin):
     search_fields = ["key"]
     search_help_text = "The start of a key, or a job id."
     sortable_by = ["key"]
-    fields = ["key", "job_link", "fencing_token", "data_display", "created_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("key", "job_link", "fencing_token", "data_display", "created_at")
 
     def has_change_permission(self, request: HttpRequest, obj: SideEffect | None = None) -> bool:
         return False

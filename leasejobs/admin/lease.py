@@ -97,17 +97,18 @@ def cell(job: Job) -> SafeString:
     is shown as text.
     """
     state = getattr(job, "lease_state", NONE)
+    left: dt.timedelta | None = getattr(job, "lease_left", None)
     note = " · cancel requested" if job.cancel_requested and job.status == Job.Status.RUNNING else ""
     if state in (HELD, EXPIRING):
         return format_html(
             '<span class="leasejobs-lease leasejobs-lease-{}">held by {} · {} left{}</span>',
             state,
             job.leased_by or "?",
-            human(job.lease_left),
+            human(left or dt.timedelta(0)),
             note,
         )
     if state == EXPIRED:
-        since = f"{human(job.lease_left)} ago" if job.lease_left is not None else "(no lease)"
+        since = f"{human(left)} ago" if left is not None else "(no lease)"
         return format_html(
             '<span class="leasejobs-lease leasejobs-lease-expired">expired {} · last holder {}{}</span>',
             since,

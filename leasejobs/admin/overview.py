@@ -11,8 +11,10 @@ cheap on a big table:
   with the expired jobs listed, oldest first;
 - the age of the oldest due job, per queue;
 - throughput: jobs finished in the last 1, 5 and 15 minutes;
-- live workers: the ``leased_by`` of jobs whose lease a heartbeat keeps
-  current (no worker table: a worker that holds no job is not seen);
+- live workers: how many heartbeat their ``leasejobs_worker`` row, and the
+  ``leased_by`` of jobs whose lease a heartbeat keeps current;
+- charts over the last hour or day (``?window=hour|day``), see
+  ``leasejobs.admin.charts``.
 - queue controls: each controlled queue, paused or not, its limits, the
   places in use under its concurrency limit and its claims in the current
   rate window (``leasejobs.controls.states``).
@@ -25,14 +27,15 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from leasejobs import controls
-from leasejobs.admin import lease
+from leasejobs import controls, liveness
+from leasejobs.admin import charts, lease, svgchart
 from leasejobs.models import Job, JobOverview
 
 #: Throughput windows, in minutes; the largest also bounds the finished counts.
@@ -134,6 +137,9 @@ def snapshot() -> dict[str, Any]:
         .only("id", "task_name", "queue", "status", "attempt", "leased_by", "lease_until", "cancel_requested")
         .order_by("lease_until")[:EXPIRED_SHOWN]
     )
+    with connection.cursor() as cursor:
+        cursor.execute(liveness.COUNT_LIVE)
+        (live_workers,) = cursor.fetchone()
     oldest = [q for q in queues if q.oldest_due_age is not None]
     return {
         "queues": queues,
@@ -145,10 +151,11 @@ def snapshot() -> dict[str, Any]:
             "expiring": sum(q.expiring for q in queues),
             "expired": sum(q.expired for q in queues),
         },
-        "oldest_due": max(oldest, key=lambda q: q.oldest_due_age) if oldest else None,
+        "oldest_due": max(oldest, key=lambda q: q.oldest_due_age or dt.timedelta(0)) if oldest else None,
         "throughput": [(m, throughput[f"m{m}"], throughput[f"m{m}"] / m) for m in WINDOWS],
         "failed_recently": throughput["failed"],
         "workers": [{**w, "beat_age": lease.human(w["beat_age"])} for w in workers],
+        "live_workers": live_workers,
         "expired": [(job, lease.cell(job)) for job in expired],
         "controls": controls.states(),
     }
@@ -186,8 +193,12 @@ class OverviewAdmin(admin.ModelAdmin):
             refresh = max(0, int(request.GET.get("refresh", REFRESH_SECONDS)))
         except ValueError:
             refresh = REFRESH_SECONDS
+        window = charts.WINDOWS.get(request.GET.get("window", ""), charts.WINDOWS["hour"])
         context = {
             **self.admin_site.each_context(request),
+            "chart_window": window,
+            "chart_windows": list(charts.WINDOWS.values()),
+            "charts": [svgchart.render(chart) for chart in charts.build(window)],
             "title": "Queue overview",
             "opts": self.opts,
             "job_opts": Job._meta,

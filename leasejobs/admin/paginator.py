@@ -17,6 +17,7 @@ Django ticket #8408). Here:
 """
 
 import json
+from typing import cast
 
 from django.core.paginator import Paginator
 from django.db import connections
@@ -51,7 +52,7 @@ class EstimatedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        queryset = self.object_list
+        queryset = cast(QuerySet, self.object_list)  # the admin paginates querysets only
         unfiltered = not queryset.query.where
         if unfiltered:
             rows = table_estimate(queryset)

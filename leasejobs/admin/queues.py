@@ -103,11 +103,12 @@ class QueueAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Queue]:
         """Each queue with its places in use and its claims in the current rate window."""
-        return (
+        queues: QuerySet[Queue] = (
             super()
             .get_queryset(request)
             .annotate(in_use=RawSQL(_HELD % "concurrency", []), rate_used=RawSQL(_HELD % "rate", []))
         )
+        return queues
 
     @admin.display(description="Running / concurrency")
     def concurrency_display(self, obj: Queue) -> str:

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
     """
 
     dependencies = [
-        ("leasejobs", "0003_job_runs"),
+        ("leasejobs", "0006_snoozes_retry_policy"),
     ]
 
     operations = [

@@ -13,12 +13,14 @@ A job under limits waits at most behind the short prefetch buffer.
 """
 
 import threading
+import time
 from collections.abc import Callable
 
-from leasejobs import registry
+from leasejobs import observe, registry, retry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.context import JobContext
 from leasejobs.store import Attempt, ClaimedRow, Outcome, WorkerStore
+from leasejobs.validators import effective_lease
 from leasejobs.worker import outcomes, rules
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
@@ -35,6 +37,7 @@ class Claimer:
         options: WorkerOptions,
         *,
         lease_seconds: float,
+        poll_interval: float,
         prefetch: int,
         mean_duration: Callable[[], float | None],
         settle: Callable[[HeldJob, Outcome], bool],
@@ -46,6 +49,7 @@ class Claimer:
         self.events = events
         self.options = options
         self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
         self.prefetch = prefetch
         self._mean_duration = mean_duration
         self._settle = settle
@@ -55,7 +59,7 @@ class Claimer:
             name: float(t.lease_seconds) for name, t in registry.all_tasks().items() if t.lease_seconds
         }
         self.wake = threading.Event()
-        self.limits = LimitGate(store, options.queues, float(options.poll_interval))
+        self.limits = LimitGate(store, options.queues, poll_interval)
 
     def notified(self, queue: str | None) -> None:
         """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected)."""
@@ -65,7 +69,7 @@ class Claimer:
     def run(self, stopping: threading.Event) -> None:
         """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
         o = self.options
-        poll = float(o.poll_interval)
+        poll = self.poll_interval
         while not stopping.is_set():
             if o.max_jobs is not None and self.held.claimed >= o.max_jobs:
                 self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
@@ -123,6 +127,7 @@ class Claimer:
         )
         if room <= 0:
             return 0
+        began = time.perf_counter()
         rows = self.store.claim(
             limit=room,
             counted=counted,
@@ -131,11 +136,13 @@ class Claimer:
             task_leases=self.task_leases,
             limited=True,
         )
+        seconds = time.perf_counter() - began
         self.limits.claimed(len(rows), room)
-        return self._hold(rows)
+        return self._hold(rows, seconds)
 
     def claim(self, limit: int, counted: int) -> int:
         """Claim up to ``limit`` jobs and hand them to the runners; returns the rows claimed."""
+        began = time.perf_counter()
         rows = self.store.claim(
             limit=limit,
             counted=counted,
@@ -143,23 +150,31 @@ class Claimer:
             lease_seconds=self.lease_seconds,
             task_leases=self.task_leases,
         )
-        return self._hold(rows)
+        return self._hold(rows, time.perf_counter() - began)
 
-    def _hold(self, rows: list[ClaimedRow]) -> int:
-        """Hand claimed rows to the runners (or settle refusals); returns the rows."""
+    def _hold(self, rows: list[ClaimedRow], seconds: float) -> int:
+        """Hand claimed rows to the runners (or settle refusals); returns the rows.
+
+        ``seconds``: how long the claim statement took (for the metrics).
+        """
+        claimed_at = time.monotonic()
         jobs: list[HeldJob] = []
         refused: list[tuple[HeldJob, str]] = []
         for row in rows:
             if row.ended is not None:
-                self.events.ended_at_claim(row.id, row.attempt, row.ended, row.last_error)
+                self.held.ended_at_claim(row.ended)
+                self.events.ended_at_claim(
+                    row.id, row.attempt, row.ended, row.last_error, row.queue, row.task_name
+                )
                 continue
-            job = self._held_job(row)
+            job = self._held_job(row, claimed_at)
             self.events.claimed(job)
             why = _refusal(job)
             if why is None:
                 jobs.append(job)
             else:
                 refused.append((job, why))
+        self.events.claim_statement(jobs, seconds)
         self.held.add(jobs, [job for job, _ in refused])
         for job, why in refused:
             self._settle(job, outcomes.refusal(why))
@@ -168,9 +183,9 @@ class Claimer:
             self._new_lease(shortest)
         return len(rows)
 
-    def _held_job(self, row: ClaimedRow) -> HeldJob:
+    def _held_job(self, row: ClaimedRow, claimed_at: float) -> HeldJob:
         task = registry.get(row.task_name)
-        lease = float(task.lease_seconds) if task and task.lease_seconds else self.lease_seconds
+        lease = effective_lease(task.lease_seconds if task else None, self.lease_seconds)
         return HeldJob(
             key=Attempt(row.id, row.attempt),
             task_name=row.task_name,
@@ -184,14 +199,21 @@ class Claimer:
             taken_over=row.taken_over,
             lease_seconds=lease,
             slots=row.slots,
+            waited=row.waited,
+            claimed_at=claimed_at,
+            trace_context=row.trace_context,
+            snoozes=row.snoozes,
+            retry_policy=retry.policy_for(task.retry if task else None, row.retry_policy),
             ctx=JobContext(
                 job_id=row.id,
                 attempt=row.attempt,
                 worker_id=self.store.worker_id,
                 task_name=row.task_name,
                 queue=row.queue,
+                runs=row.runs if row.counted else row.runs + 1,
                 lease_seconds=lease,
                 after_side_effect=self._after_side_effect,
+                on_stale_write=observe.stale_write_rejected,
             ),
         )
 

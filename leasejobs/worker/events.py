@@ -1,14 +1,22 @@
 """Everything the worker reports, one method per event, one log line each.
 
+Each method also tells ``leasejobs.observe`` (signals, metrics, traces), so
+this module is the worker's one place of reporting.
+
 Every line names the job, the attempt and the worker. Text that comes from a
 job (an exception's message, a task or queue name) is escaped to one line
-first: a newline in it must not forge another log line. Per-job claim and
-finish lines are at INFO; retries, lost leases, timeouts and failures at
-WARNING or ERROR.
+first: a newline in it must not forge another log line.
+
+Levels: a line per successful job ("claimed", "done") is DEBUG (``runworker
+-v 2``): at thousands of jobs a second it would cost a third of the
+throughput, and it says nothing an operator acts on. Start, stop, cancels,
+releases and skipped heartbeats are INFO (the default); retries, lost leases,
+timeouts and stale writes WARNING; failures ERROR.
 """
 
 import logging
 
+from leasejobs import observe
 from leasejobs.store import Outcome
 from leasejobs.values import one_line
 from leasejobs.worker.held import HeldJob
@@ -62,14 +70,20 @@ class Events:
     # -- claiming --------------------------------------------------------------
 
     def claimed(self, job: HeldJob) -> None:
-        logger.info(
+        logger.debug(
             "claimed job=%s attempt=%s worker=%s task=%s queue=%s",
             *self._ids(job),
             one_line(job.task_name),
             one_line(job.queue),
         )
 
-    def ended_at_claim(self, job_id: int, attempt: int, status: str, error: str) -> None:
+    def claim_statement(self, jobs: list[HeldJob], seconds: float) -> None:
+        observe.claimed((j.ctx for j in jobs), seconds)
+
+    def ended_at_claim(
+        self, job_id: int, attempt: int, status: str, error: str, queue: str, task: str
+    ) -> None:
+        observe.outcome_written(queue, task, status)
         log = logger.error if status == "failed" else logger.info
         log("%s job=%s attempt=%s worker=%s: %s", status, job_id, attempt, self.worker_id, one_line(error))
 
@@ -95,8 +109,11 @@ class Events:
     # -- finishing -------------------------------------------------------------
 
     def outcome(self, job: HeldJob, outcome: Outcome) -> None:
+        observe.outcome_written(job.queue, job.task_name, outcome.status)
         ids = self._ids(job)
-        if outcome.status == "queued":
+        if outcome.snoozed:
+            logger.info("snoozed job=%s attempt=%s worker=%s for %.1fs", *ids, outcome.retry_delay)
+        elif outcome.status == "queued":
             logger.warning(
                 "retry job=%s attempt=%s worker=%s in %.1fs: %s",
                 *ids,
@@ -108,10 +125,21 @@ class Events:
         elif outcome.status == "cancelled":
             logger.info("cancelled job=%s attempt=%s worker=%s", *ids)
         else:
-            logger.info("done job=%s attempt=%s worker=%s", *ids)
+            logger.debug("done job=%s attempt=%s worker=%s", *ids)
 
-    def lease_lost(self, job: HeldJob, why: str) -> None:
+    def lease_lost(self, job: HeldJob, why: str, *, stale_write: bool = False) -> None:
+        """``stale_write``: the worker's own finish was refused by the fence."""
+        observe.lease_lost(job.ctx, why, stale_write=stale_write)
         logger.warning("lease lost job=%s attempt=%s worker=%s: %s", *self._ids(job), why)
+
+    def finish_statement(self, seconds: float) -> None:
+        observe.finish_statement(seconds)
+
+    def heartbeat_statement(self, seconds: float, lag: float) -> None:
+        observe.heartbeat(seconds, lag)
+
+    def liveness_failed(self, exc: BaseException) -> None:
+        logger.warning("liveness row not refreshed worker=%s: %s", self.worker_id, describe(exc))
 
     def finish_locked(self, job: HeldJob) -> None:
         logger.warning(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import psycopg
 
 from leasejobs.connection import CONNECTION_ERRORS
-from leasejobs.store import Outcome, WorkerStore
+from leasejobs.store import Outcome, WorkerStore, run_delta
 from leasejobs.values import stored_text
 from leasejobs.worker.batcher import LingerBatcher
 from leasejobs.worker.events import Events, describe
@@ -80,10 +80,12 @@ class Finisher:
             return self._write_unstorable(batch[0], exc)
 
     def _write_batch(self, batch: list[HeldJob]) -> list[HeldJob]:
+        began = time.perf_counter()
         rows = self.store.finish(
-            [(job.key, _outcome(job), job.started and not job.counted) for job in batch],
+            [(job.key, _outcome(job), _run_delta(job)) for job in batch],
             slotted=any(job.slots for job in batch),
         )
+        self.events.finish_statement(time.perf_counter() - began)
         written = {(r.id, r.attempt) for r in rows if r.written}
         locked = {(r.id, r.attempt) for r in rows if not r.written}
         waiting = []
@@ -98,7 +100,9 @@ class Finisher:
                     self.events.finish_locked(job)
                 waiting.append(job)
             elif self.held.drop(job, lost=True):
-                self.events.lease_lost(job, f"stale {_outcome(job).status} dropped (the job moved on)")
+                self.events.lease_lost(
+                    job, f"stale {_outcome(job).status} dropped (the job moved on)", stale_write=True
+                )
         self.on_written()
         return waiting
 
@@ -115,6 +119,10 @@ class Finisher:
             self.held.drop(job, lost=False)
             self.events.outcome_lost(job, again)
             return []
+
+
+def _run_delta(job: HeldJob) -> int:
+    return run_delta(started=job.started, counted=job.counted, snoozed=_outcome(job).snoozed)
 
 
 def _outcome(job: HeldJob) -> Outcome:

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import psycopg
+
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.store import Outcome, WorkerStore
 from leasejobs.worker import rules
@@ -58,6 +60,7 @@ class Heartbeater:
         return rules.heartbeat_interval(self.interval_option, shortest)
 
     def run(self) -> None:
+        first = True
         while not self._stop.is_set():
             jobs = self.held.to_beat()
             now = time.monotonic()
@@ -68,7 +71,9 @@ class Heartbeater:
                 if now >= next_beat:
                     self._last_beat = now
                     if jobs:
-                        self._beat(jobs)
+                        self._beat(jobs, lag=now - next_beat)
+                    self._alive(self.interval(jobs), first=first)
+                    first = False
                     next_beat = now + self.interval(jobs)
                 wake_at = min(wake_at, next_beat)
             deadlines = [j.deadline for j in jobs if j.deadline is not None and j.beating]
@@ -86,12 +91,21 @@ class Heartbeater:
                 job.ctx.mark_lease_lost()
                 self.events.timeout(job, outcome.last_error or "")
 
-    def _beat(self, jobs: list[HeldJob]) -> None:
+    def _alive(self, interval: float, *, first: bool) -> None:
+        """The worker's liveness row, refreshed every tick whether or not it holds jobs."""
+        try:
+            self.store.alive(interval, first=first)
+        except psycopg.Error as exc:  # a lost connection, a missing grant: never the heartbeat's end
+            self.events.liveness_failed(exc)
+
+    def _beat(self, jobs: list[HeldJob], *, lag: float) -> None:
+        began = time.perf_counter()
         try:
             rows = self.store.heartbeat([(j.key, j.lease_seconds) for j in jobs], [j.slots for j in jobs])
         except CONNECTION_ERRORS as exc:  # includes statement and lock timeouts
             self.events.heartbeat_failed(len(jobs), exc)
             return
+        self.events.heartbeat_statement(time.perf_counter() - began, lag)
         by_key = {(j.key.id, j.key.attempt): j for j in jobs}
         for row in rows:
             job = by_key[(row.id, row.attempt)]

@@ -29,6 +29,7 @@ from leasejobs.store import Attempt, Outcome
 
 if TYPE_CHECKING:
     from leasejobs.registry import Task
+    from leasejobs.retry import RetryPolicy
 
 
 class Phase(enum.Enum):
@@ -63,6 +64,15 @@ class HeldJob:
     taken_over: bool
     lease_seconds: float
     ctx: JobContext
+    #: Seconds from ``run_at`` to the claim (database clock), and the monotonic
+    #: time of the claim: together the job's queue time when its body starts.
+    waited: float = 0.0
+    claimed_at: float = 0.0
+    #: The W3C trace context stored at enqueue, for the attempt's span.
+    trace_context: Any = None
+    #: Times the job snoozed before this claim, and the retry policy it runs under.
+    snoozes: int = 0
+    retry_policy: "RetryPolicy | None" = None
     #: Places under concurrency limits held with the claim (see ``CLAIM_LIMITED``).
     slots: int = 0
     phase: Phase = Phase.BUFFERED
@@ -89,7 +99,15 @@ class HeldJobs:
         self._closed = False  # runners exit
         self.running = 0
         self.claimed = 0
-        self.counts = {"claimed": 0, "done": 0, "retried": 0, "failed": 0, "cancelled": 0, "lost_leases": 0}
+        self.counts = {
+            "claimed": 0,
+            "done": 0,
+            "retried": 0,
+            "snoozed": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "lost_leases": 0,
+        }
 
     # -- claiming --------------------------------------------------------------
 
@@ -106,6 +124,11 @@ class HeldJobs:
             self.counts["claimed"] += n
             # Wake only as many idle runners as there are new jobs.
             self._job_ready.notify(min(self._idle_runners, len(jobs)))
+
+    def ended_at_claim(self, status: str) -> None:
+        """Count a job the claim ended instead of running (no runs left, or a pending cancel)."""
+        with self.lock:
+            self.counts[status] += 1
 
     def sizes(self) -> tuple[int, int]:
         """``(running, buffered)`` right now."""
@@ -155,7 +178,7 @@ class HeldJobs:
             job.phase = Phase.FINISHED
             self._jobs.pop(job.key, None)
             assert job.outcome is not None
-            status = job.outcome.status
+            status = "snoozed" if job.outcome.snoozed else job.outcome.status
             self.counts[{"queued": "retried"}.get(status, status)] += 1
 
     def drop(self, job: HeldJob, *, lost: bool) -> bool:

@@ -2,10 +2,15 @@
 
 The wake-up names the queue the NOTIFY carried, so the claim loop can tell a
 limited queue's news (a job enqueued, a place freed) from any other's.
+
+That connection must reach PostgreSQL directly, never through a transaction
+pooler (see ``leasejobs.pooling``): it is the queue's database when that is
+direct, else ``LEASEJOBS["LISTEN_URL"]`` or ``["LISTEN_DATABASE"]``.
 """
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -14,6 +19,7 @@ from leasejobs.worker.events import Events
 
 
 def listen(
+    params: dict[str, Any],
     channel: str,
     worker_id: str,
     queues: list[str] | None,
@@ -22,7 +28,7 @@ def listen(
     events: Events,
 ) -> None:
     """LISTEN until ``done``; reconnect and re-LISTEN after failures (polling covers the gap)."""
-    listener = WorkerConnection("listen", worker_id)
+    listener = WorkerConnection("listen", worker_id, params=params)
     statement = psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel))
     while not done.is_set():
         try:

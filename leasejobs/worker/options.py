@@ -5,6 +5,8 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 
+from leasejobs.pooling import ConnectionPlan
+
 
 def default_worker_id() -> str:
     """Host, pid and a random suffix: unique per process, never reused."""
@@ -25,3 +27,8 @@ class WorkerOptions:
     poll_interval: float | None = None
     #: Most jobs claimed ahead of free runner slots (None: LEASEJOBS["PREFETCH"]).
     prefetch: int | None = None
+    #: Enqueue the jobs of periodic schedules (runworker --no-periodic: False).
+    periodic: bool = True
+    #: Through a transaction pooler or not, and where to LISTEN (``pooling.plan()``;
+    #: None: direct, LISTEN on the queue's database).
+    connections: ConnectionPlan | None = None

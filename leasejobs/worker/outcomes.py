@@ -9,21 +9,21 @@ cannot store all become that job's error, never a dead thread.
 import traceback
 from typing import Any
 
-from leasejobs import conf
+from leasejobs import retry
+from leasejobs.errors import ErrorEntry, class_path
 from leasejobs.store import Outcome
 from leasejobs.values import stored_json, stored_text
-from leasejobs.worker import rules
 from leasejobs.worker.held import HeldJob
 
 
-def error_entry(job: HeldJob, worker_id: str, exception_class: str, trace: str) -> dict[str, Any]:
+def error_entry(job: HeldJob, worker_id: str, exception_class: str, trace: str) -> ErrorEntry:
     """One entry of the job's ``errors`` list (the backend and the admin read these)."""
-    return {
-        "attempt": job.key.attempt,
-        "worker_id": worker_id,
-        "exception_class": exception_class,
-        "traceback": stored_text(trace),
-    }
+    return ErrorEntry(
+        attempt=job.key.attempt,
+        worker_id=worker_id,
+        exception_class=exception_class,
+        traceback=stored_text(trace),
+    )
 
 
 def success(job: HeldJob, result: Any) -> Outcome:
@@ -39,7 +39,12 @@ def success(job: HeldJob, result: Any) -> Outcome:
 
 
 def failure(job: HeldJob, exc: BaseException, worker_id: str) -> Outcome:
-    """Retry with backoff while started runs remain, else fail; a pending cancel ends it."""
+    """What the job's retry policy says about ``exc`` (``leasejobs.retry.decide``); a cancel ends it.
+
+    Retry with backoff while started runs remain, else fail; ``Snooze`` queues
+    it for later without an error entry and without counting the run;
+    ``Discard`` fails it now.
+    """
     try:
         last_line = traceback.format_exception_only(exc)[-1].strip()
         trace = "".join(traceback.format_exception(exc))
@@ -47,17 +52,21 @@ def failure(job: HeldJob, exc: BaseException, worker_id: str) -> Outcome:
         last_line = f"{type(exc).__name__}: <the exception's message could not be read>"
         trace = last_line
     last_line = stored_text(last_line)
-    entry = error_entry(job, worker_id, f"{type(exc).__module__}.{type(exc).__qualname__}", trace)
+    entry = error_entry(job, worker_id, class_path(type(exc)), trace)
     if job.ctx.cancel_requested:
         return Outcome(status="cancelled", last_error=last_line, error_entry=entry)
-    return _retry_or_fail(job, last_line, entry)
+    decision = retry.decide(job.retry_policy, exc, job.runs, job.max_attempts, job.snoozes)
+    if decision.action == "snooze":
+        return Outcome(status="queued", retry_delay=decision.delay, snoozed=True)
+    if decision.action == "retry":
+        return Outcome(status="queued", last_error=last_line, error_entry=entry, retry_delay=decision.delay)
+    return Outcome(status="failed", last_error=stored_text(decision.reason or last_line), error_entry=entry)
 
 
 def timeout_outcome(job: HeldJob, worker_id: str) -> Outcome:
-    """The attempt ran past its task's ``timeout_seconds``."""
+    """The attempt ran past its task's ``timeout_seconds``: a ``TimeoutError``, as the policy treats it."""
     timeout = job.task.timeout_seconds if job.task else None
-    error = f"TimeoutError: job ran past its timeout of {timeout} s"
-    return _retry_or_fail(job, error, error_entry(job, worker_id, "builtins.TimeoutError", error))
+    return failure(job, TimeoutError(f"job ran past its timeout of {timeout} s"), worker_id)
 
 
 def refusal(why: str) -> Outcome:
@@ -67,14 +76,3 @@ def refusal(why: str) -> Outcome:
 
 def cancelled_before_start() -> Outcome:
     return Outcome(status="cancelled", last_error="cancelled before its body started")
-
-
-def _retry_or_fail(job: HeldJob, last_error: str, entry: dict[str, Any]) -> Outcome:
-    if rules.may_retry(job.runs, job.max_attempts):
-        delay = rules.retry_delay(
-            job.runs,
-            base=float(conf.get("RETRY_BACKOFF_SECONDS")),
-            cap=float(conf.get("RETRY_BACKOFF_MAX_SECONDS")),
-        )
-        return Outcome(status="queued", last_error=last_error, error_entry=entry, retry_delay=delay)
-    return Outcome(status="failed", last_error=last_error, error_entry=entry)

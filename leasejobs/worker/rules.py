@@ -2,11 +2,11 @@
 
 Nothing here touches a thread, a clock or the database: each rule takes the
 numbers it depends on and returns a decision, so each is tested on its own
-(``tests/unit/test_worker_rules.py``).
+(``tests/unit/test_worker_rules.py``). What a failure becomes (retry, fail,
+snooze, discard, and the retry's delay) is ``leasejobs.retry.decide``.
 """
 
 import math
-import random
 
 #: A buffered job should start within this share of its lease (and within
 #: ``PREFETCH_MAX_WAIT_SECONDS``); the prefetch shrinks as jobs get slower.
@@ -83,21 +83,6 @@ def heartbeat_interval(option: float | None, shortest_lease: float) -> float:
     if option is None:
         return shortest_lease / 3
     return min(option, shortest_lease * HEARTBEAT_MAX_LEASE_SHARE)
-
-
-def retry_delay(runs: int, *, base: float, cap: float) -> float:
-    """Exponential backoff with jitter for the retry after the ``runs``-th run failed.
-
-    base * 2**(runs-1), capped, then a random point in its upper half, so a
-    burst of failures does not come back as a burst of retries.
-    """
-    delay = min(cap, base * 2 ** max(0, runs - 1))
-    return random.uniform(delay / 2, delay)
-
-
-def may_retry(runs: int, max_attempts: int) -> bool:
-    """A failed run is retried while started runs, this one included, are fewer than max_attempts."""
-    return runs < max_attempts
 
 
 def timeout_deadline(started: float, timeout_seconds: float | None) -> float | None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from django.db import connections
 
+from leasejobs import observe
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.context import activate, deactivate
 from leasejobs.exceptions import LeaseLost
@@ -61,10 +62,18 @@ class Runners:
         job.started = True
         assert job.task is not None, "refused jobs never reach a runner"
         job.deadline = rules.timeout_deadline(started, job.task.timeout_seconds)
+        observed = observe.job_started(job.ctx, job.waited + started - job.claimed_at, job.trace_context)
         try:
-            outcome = self._execute(job)
+            outcome, raised = self._execute(job)
         finally:
             _tidy_django_connections()
+        observe.job_finished(
+            observed,
+            job.ctx,
+            "lease_lost" if outcome is None else outcome.status,
+            time.monotonic() - started,
+            raised,
+        )
         if outcome is not None and not self._settle(job, outcome):
             self.events.late_outcome(job, time.monotonic() - started)
 
@@ -84,8 +93,9 @@ class Runners:
         job.counted = True
         return True
 
-    def _execute(self, job: HeldJob) -> Outcome | None:
-        """Run the body; its outcome, or None when it let ``LeaseLost`` escape (nothing to write)."""
+    def _execute(self, job: HeldJob) -> tuple[Outcome | None, BaseException | None]:
+        """Run the body: its outcome (None when it let ``LeaseLost`` escape: nothing to write),
+        and what it raised."""
         task = job.task
         assert task is not None
         is_async = self._is_async.get(job.task_name)
@@ -101,12 +111,12 @@ class Runners:
         except LeaseLost as exc:
             if self.held.drop(job, lost=True):
                 self.events.lease_lost(job, f"the body stopped: {describe(exc)}")
-            return None
+            return None, exc
         except BaseException as exc:  # SystemExit in a body must not kill its runner
-            return outcomes.failure(job, exc, self.events.worker_id)
+            return outcomes.failure(job, exc, self.events.worker_id), exc
         finally:
             deactivate(token)
-        return outcomes.success(job, result)
+        return outcomes.success(job, result), None
 
 
 def _tidy_django_connections() -> None:

@@ -5,7 +5,9 @@ Threads, each with one owner and its own database connection where it needs one:
 - ``concurrency`` runner threads run bodies (``Runners``);
 - the heartbeat thread keeps leases alive and enforces timeouts (``Heartbeater``);
 - the finisher thread writes outcomes in batches (``Finisher``);
-- the listener thread turns NOTIFY into a wake-up (``listener.listen``).
+- the listener thread turns NOTIFY into a wake-up (``listener.listen``);
+- the periodic thread enqueues the jobs of periodic schedules as their ticks
+  come (``leasejobs.periodic.scheduler``; not with ``--no-periodic``).
 They share one thing, the table of held jobs (``HeldJobs``), which owns
 the lock. A thread that dies of anything but one job's data takes the
 process down with a clear line and a non-zero exit, so a supervisor restarts
@@ -18,10 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 
+import psycopg
 from django.db import DatabaseError
 
-from leasejobs import conf, controls, registry
+from leasejobs import conf, controls, pooling, registry
 from leasejobs.connection import CONNECTION_ERRORS
+from leasejobs.periodic.scheduler import Scheduler
 from leasejobs.store import Outcome, WorkerStore
 from leasejobs.worker import rules
 from leasejobs.worker.claimer import Claimer
@@ -50,15 +54,16 @@ class Worker:
         self.options = options
         self.worker_id = options.worker_id
         self.lease_seconds = float(options.lease_seconds or conf.get("LEASE_SECONDS"))
-        options.poll_interval = float(options.poll_interval or conf.get("POLL_INTERVAL_SECONDS"))
+        self.poll_interval = float(options.poll_interval or conf.get("POLL_INTERVAL_SECONDS"))
         self.prefetch = int(conf.get("PREFETCH") if options.prefetch is None else options.prefetch)
         self.channel = str(conf.get("NOTIFY_CHANNEL"))
         self.events = Events(self.worker_id)
         self.held = HeldJobs()
         self.shutdown = Shutdown(options.grace_seconds)
         self._done = threading.Event()
+        self.plan = options.connections or pooling.direct()
         interval = rules.heartbeat_interval(options.heartbeat_seconds, self.lease_seconds)
-        self.store = WorkerStore(self.worker_id, heartbeat_timeout=interval)
+        self.store = WorkerStore(self.worker_id, heartbeat_timeout=interval, pooled=self.plan.pooled)
         self.heartbeater = Heartbeater(
             self.store,
             self.held,
@@ -78,6 +83,7 @@ class Worker:
             self.events,
             options,
             lease_seconds=self.lease_seconds,
+            poll_interval=self.poll_interval,
             prefetch=self.prefetch,
             mean_duration=lambda: self.runners.mean_duration,
             settle=self._settle,
@@ -131,16 +137,28 @@ class Worker:
         beat = beat if o.heartbeat else "off"
         self.events.started(
             f"queues={','.join(o.queues) if o.queues else 'all'} concurrency={o.concurrency} "
-            f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat}"
+            f"prefetch={self.prefetch} lease={self.lease_seconds:.1f}s heartbeat={beat} "
+            f"{self.plan.description}"
         )
         self._warn_clamped_heartbeats()
         self._sync_queue_settings()
-        self._start(
-            lambda: listen(
-                self.channel, self.worker_id, o.queues, self.claimer.notified, self._done, self.events
-            ),
-            "leasejobs-listener",
-        )
+        if (listen_params := self.plan.listen) is not None:
+            self._start(
+                lambda: listen(
+                    listen_params,
+                    self.channel,
+                    self.worker_id,
+                    o.queues,
+                    self.claimer.notified,
+                    self._done,
+                    self.events,
+                ),
+                "leasejobs-listener",
+            )
+        scheduler = Scheduler(self.worker_id) if o.periodic else None
+        periodic = None
+        if scheduler is not None and scheduler.schedules:
+            periodic = self._start(lambda: self._run_schedules(scheduler), "leasejobs-periodic")
         self._start(self.heartbeater.run, "leasejobs-heartbeat")
         finisher = self._start(self.finisher.run, "leasejobs-finisher")
         for i in range(o.concurrency):
@@ -156,6 +174,9 @@ class Worker:
             self._give_back(self.held.give_back())
             self.heartbeater.stop()
             self._done.set()
+            if periodic is not None:
+                periodic.join(timeout=5)  # it closes its connection and logs its figures
+            self._forget_me()
             self.store.close()
             self.shutdown.stopped()
             self.events.stopped(self.held.counts)
@@ -188,6 +209,15 @@ class Worker:
 
         return run
 
+    def _run_schedules(self, scheduler: Scheduler) -> None:
+        """Enqueue periodic jobs as their ticks come, until the worker stops claiming."""
+        try:
+            while not self.shutdown.requested.is_set() and not self._done.is_set():
+                # At most a second asleep: --burst and --max-jobs end without a stop request.
+                self.shutdown.requested.wait(min(1.0, scheduler.run_due()))
+        finally:
+            scheduler.close()
+
     def _warn_clamped_heartbeats(self) -> None:
         option = self.options.heartbeat_seconds
         if option is None or not self.options.heartbeat:
@@ -196,6 +226,13 @@ class Worker:
             if task.lease_seconds and rules.heartbeat_interval(option, task.lease_seconds) < option:
                 interval = rules.heartbeat_interval(option, task.lease_seconds)
                 self.events.heartbeat_clamped(name, float(task.lease_seconds), interval)
+
+    def _forget_me(self) -> None:
+        """A clean stop removes this worker's liveness row (a killed one's goes stale)."""
+        try:
+            self.store.gone()
+        except psycopg.Error as exc:
+            self.events.liveness_failed(exc)
 
     def _finish_deadline(self) -> float:
         if self.shutdown.grace_deadline is None:

@@ -1,10 +1,14 @@
 """What every chaos scenario shares: a fleet of workers, the final check, the figures.
 
-A scenario enqueues ``tests.chaos.tasks.effect`` jobs, runs real ``runworker``
-processes while it breaks things, waits until no job is queued or running,
-and then calls ``check``: it reads the jobs, side effects, deliveries
-(``Sent``) and the workers' logs, returns the figures and asserts the
-guarantees (docs/guarantees.md).
+A scenario enqueues ``tests.chaos.tasks.effect`` jobs (or the mixed storm's
+tasks of the same shape), runs real ``runworker`` processes while it breaks
+things, waits until no job is queued or running, and then calls ``check``:
+it reads the jobs, side effects, deliveries (``Sent``), body runs
+(``BodyRun``) and the workers' logs, returns the figures and asserts the
+guarantees (docs/guarantees.md): every job done, or failed only once as many
+attempts as it allows had started their body, or cancelled only where a
+cancel was requested; one delivery per side effect; no token (job, attempt)
+under which two workers ran the body.
 """
 
 import os
@@ -98,6 +102,8 @@ class Fleet:
             *extra,
             "--worker-id",
             worker_id,
+            "-v",
+            "2",  # the per-job "done" lines that check() reads
             env={"DJANGO_SETTINGS_MODULE": SETTINGS, "CHAOS_WORKER_ID": worker_id, **(env or {})},
             prefix=prefix,
         )
@@ -133,6 +139,14 @@ class Fleet:
         return "\n".join(w.log() for w in self.started)
 
 
+def resume_due(paused: dict[WorkerProcess, float], now: float) -> None:
+    """SIGCONT each paused worker whose resume time (monotonic) has come; it leaves ``paused``."""
+    for w, resume_at in list(paused.items()):
+        if now >= resume_at:
+            w.signal(signal.SIGCONT)
+            del paused[w]
+
+
 def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict[str, Any]:
     """Figures of a finished scenario, then its guarantees asserted.
 
@@ -146,11 +160,20 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
     delivered = Counter(key for key, _attempt in deliveries.elements())
     logs = fleet.logs()
     error_retries = sum(1 for j in jobs.values() for e in j.errors if e["attempt"] < j.attempt)
+    # (job, attempt) -> the workers whose body ran under that token: one, or the token was shared.
+    holders: dict[tuple[int, int], set[str]] = {}
+    for job_id, attempt, worker in BodyRun.objects.filter(job_id__in=job_ids).values_list(
+        "job_id", "attempt", "worker_id"
+    ):
+        holders.setdefault((job_id, attempt), set()).add(worker)
+    started = Counter(job_id for job_id, _attempt in holders)
+    shared = sorted(token for token, workers in holders.items() if len(workers) > 1)
     figures = {
         "jobs": len(job_ids),
         **scenario_figures,
         "done": sum(j.status == "done" for j in jobs.values()),
         "failed (attempts ran out)": sum(j.status == "failed" for j in jobs.values()),
+        "cancelled": sum(j.status == "cancelled" for j in jobs.values()),
         "body runs": BodyRun.objects.filter(job_id__in=job_ids).count(),
         "reclaims": sum(j.attempt - 1 for j in jobs.values() if j.attempt) - error_retries,
         "retries after an error": error_retries,
@@ -158,6 +181,7 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
         + len(re.findall(r"lease lost job=\d+ attempt=\d+ worker=\S+: stale \w+ dropped", logs)),
         "leases found lost by a heartbeat": len(re.findall(r"heartbeat found the job taken over", logs)),
         "duplicates found": sum(1 for n in delivered.values() if n > 1),
+        "tokens held by two workers": len(shared),
         "workers": len(fleet.started),
     }
     problems: list[str] = []
@@ -173,14 +197,26 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
             if key not in effects or delivered[key] != 1:
                 problems.append(f"job {j.id}: side effect {effects.get(key)}, delivered {delivered[key]}x")
         elif j.status == "failed":
-            # Only started runs count toward max_attempts, not claims.
-            if j.runs != j.max_attempts or delivered[key] > 1:
-                problems.append(f"job {j.id} failed at run {j.runs}/{j.max_attempts}: {j.last_error}")
+            # Only attempts whose body started count: a job fails once that many ran.
+            if started[j.id] < j.max_attempts or delivered[key] > 1:
+                problems.append(
+                    f"job {j.id} failed after {started[j.id]} started attempt(s) of {j.max_attempts} "
+                    f"(attempt {j.attempt}, delivered {delivered[key]}x): {j.last_error}"
+                )
+        elif j.status == "cancelled":
+            if not j.cancel_requested or delivered[key] > 1:
+                problems.append(
+                    f"job {j.id} cancelled (requested: {j.cancel_requested}), delivered {delivered[key]}x"
+                )
         else:
             problems.append(f"job {j.id} is {j.status} at attempt {j.attempt}")
     # Each side effect has exactly one delivery, by the attempt that recorded it.
     if set(effects.items()) != set(deliveries) or figures["duplicates found"]:
         problems.append(f"side effects {len(effects)} vs deliveries {sum(deliveries.values())}")
+    for job_id, attempt in shared[:10]:
+        problems.append(
+            f"job {job_id} attempt {attempt} ran under workers {sorted(holders[job_id, attempt])}"
+        )
     # A finish logged as written was written by the attempt the job ended with.
     for job_id, attempt, worker in re.findall(r"done job=(\d+) attempt=(\d+) worker=(\S+)", logs):
         j = jobs.get(int(job_id))

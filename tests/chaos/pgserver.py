@@ -2,7 +2,7 @@
 
 Two kinds of local server can be restarted: a Debian/Ubuntu cluster (found
 with ``pg_lsclusters`` by its data directory, restarted with
-``pg_ctlcluster``) and the embedded server of ``demo_site.localdb`` (its own
+``pg_ctlcluster``) and the embedded server of ``localdb`` (its own
 ``pg_ctl``). The server is identified by ``SHOW data_directory``, so a server
 on another host, or in a container that merely publishes the port, is never
 mistaken for a local one.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from django.db import connection
 
-from demo_site import localdb
+import localdb
 from tests.chaos.helpers import database_call
 from tests.helpers import wait_until
 
@@ -82,7 +82,7 @@ def local_server() -> Server:
         )
     raise Unavailable(
         f"the PostgreSQL at DATABASE_URL (data directory {data_directory}) is neither a cluster "
-        "pg_lsclusters lists nor the embedded server of demo_site.localdb: it cannot be restarted from here"
+        "pg_lsclusters lists nor the embedded server of localdb: it cannot be restarted from here"
     )
 
 

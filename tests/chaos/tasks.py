@@ -56,3 +56,67 @@ def side_effect_only(ctx, key):
     """Record one side effect and nothing else: what a least-privileged worker may do."""
     with ctx.side_effect(key, data={"attempt": ctx.attempt}) as recorded:
         return recorded.created
+
+
+# -- the mixed storm (tests/chaos/test_mixed_storm.py) ------------------------------
+#
+# Each records the job's one side effect as ``effect`` does and returns who
+# finished, so the shared ``check`` applies to all of them. Twenty attempts
+# allowed: no storm of kills and pauses ends twenty attempts of one job, so
+# one of these that fails ran out for another reason.
+
+
+def _deliver(ctx) -> None:
+    with ctx.side_effect(effect_key(ctx.job_id)) as recorded:
+        if recorded.created:
+            Sent.objects.create(job_id=ctx.job_id, key=recorded.key, attempt=ctx.attempt)
+
+
+def _started(ctx) -> dict:
+    BodyRun.objects.create(job_id=ctx.job_id, attempt=ctx.attempt, worker_id=ctx.worker_id)
+    return {"attempt": ctx.attempt, "worker": ctx.worker_id}
+
+
+@task(takes_context=True, lease_seconds=1.0, max_attempts=20)
+def short_lease(ctx, seconds):
+    """A body longer than its task's own 1 s lease (the worker's is longer)."""
+    result = _started(ctx)
+    time.sleep(seconds / 2)
+    _deliver(ctx)
+    time.sleep(seconds / 2)
+    return result
+
+
+@task(takes_context=True, lease_seconds=1.5, max_attempts=20)
+def long_block(ctx, seconds):
+    """A slow external call inside the side-effect block, past the task's 1.5 s lease."""
+    result = _started(ctx)
+    with ctx.side_effect(effect_key(ctx.job_id)) as recorded:
+        time.sleep(seconds)
+        if recorded.created:
+            Sent.objects.create(job_id=ctx.job_id, key=recorded.key, attempt=ctx.attempt)
+    return result
+
+
+@task(takes_context=True, lease_seconds=2.0, max_attempts=20)
+def cancellable(ctx, seconds):
+    """Slow on attempt 1 (stops early when cancelled); later attempts deliver at once.
+
+    So a job cancelled while its worker lay dead is delivered by its next
+    attempt unless that attempt knows of the cancel from its first line.
+    """
+    result = _started(ctx)
+    deadline = time.monotonic() + (seconds if ctx.attempt == 1 else 0)
+    while time.monotonic() < deadline and not ctx.cancel_requested:
+        time.sleep(0.05)
+    if not ctx.cancel_requested:
+        _deliver(ctx)
+    return result
+
+
+@task(takes_context=True, max_attempts=1)
+def nul_result(ctx):
+    """Delivers, then returns a value PostgreSQL cannot store (a NUL in jsonb): the job fails."""
+    result = _started(ctx)
+    _deliver(ctx)
+    return {**result, "note": "nul \u0000 here"}

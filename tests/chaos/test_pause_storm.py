@@ -11,7 +11,7 @@ import random
 import signal
 import time
 
-from tests.chaos.helpers import Fleet, check, enqueue_effects, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check, enqueue_effects, resume_due, unfinished, wait_finished
 from tests.helpers import WorkerProcess
 
 JOBS = 240
@@ -30,10 +30,7 @@ def test_pause_storm(start_worker, record_figures):
     next_pause = time.monotonic() + 1.0
     while unfinished(job_ids) and time.monotonic() < deadline:
         now = time.monotonic()
-        for w, resume_at in list(paused.items()):
-            if now >= resume_at:
-                w.signal(signal.SIGCONT)
-                del paused[w]
+        resume_due(paused, now)
         running = [w for w in workers if w not in paused]
         # At most two of three stopped at once: someone must be there to take over.
         if now >= next_pause and len(running) > 1:

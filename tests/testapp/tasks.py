@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from leasejobs import current_job, task
+from leasejobs import Discard, LeaseLost, RetryPolicy, Snooze, current_job, task
 from tests.journal import note
 from tests.testapp.models import BodyRun, Sent
 
@@ -119,3 +119,206 @@ def journal(ctx, path, seconds):
 def export(ctx, path, seconds):
     """One export per account at a time: ``export.using(concurrency_key=f"account:{id}")``."""
     journal.func(ctx, path, seconds)
+
+
+@task(max_attempts=1)
+def noisy():
+    """Fails with quotes, a backslash and a tab in its error: the JSON log must escape them."""
+    raise ValueError('he said "hi"\tand left a \\ behind')
+
+
+# -- the bodies of tests/test_worker_guarantees.py (issue 10) -----------------------
+
+
+def wait_for_file(path: str, timeout: float = 60.0) -> None:
+    """Block until the test creates ``path`` (bounded, so a lost test never hangs a worker)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@task(takes_context=True)
+def long_effect(ctx, key, seconds):
+    """A slow external call made where it belongs: inside the side-effect block."""
+    _record_run()
+    with ctx.side_effect(key) as effect:
+        time.sleep(seconds)
+        if effect.created:
+            Sent.objects.create(job_id=ctx.job_id, key=effect.key, attempt=ctx.attempt)
+    return {"created": effect.created}
+
+
+@task(lease_seconds=2)
+def short_lease_sleeper(seconds):
+    """A task whose own 2 s lease is far below the worker's."""
+    _record_run()
+    time.sleep(seconds)
+    return seconds
+
+
+@task(max_attempts=2)
+def returns_nul():
+    _record_run()
+    return "before\u0000after"
+
+
+@task(max_attempts=2)
+def raises_nul():
+    _record_run()
+    raise ValueError("bad byte \x00 in the message")
+
+
+@task(takes_context=True)
+def effect_after_file(ctx, marker):
+    """Waits for ``marker``, then tries its side effect; a LeaseLost is noted, not raised.
+
+    The body returns normally either way, so the worker goes on to write a
+    finish: the test sees whether that finish, too, was fenced off.
+    """
+    _record_run()
+    wait_for_file(marker)
+    try:
+        with ctx.side_effect(f"holder:{ctx.job_id}") as effect:
+            if effect.created:
+                Sent.objects.create(job_id=ctx.job_id, key=effect.key, attempt=ctx.attempt)
+    except LeaseLost:
+        Sent.objects.create(job_id=ctx.job_id, key="lease-lost", attempt=ctx.attempt)
+    return "returned"
+
+
+@task(takes_context=True)
+def raises_after_file(ctx, marker):
+    _record_run()
+    wait_for_file(marker)
+    raise RuntimeError("gave up")
+
+
+@task(max_attempts=1)
+def quick(n):
+    _record_run()
+    return n
+
+
+@task(max_attempts=1)
+def raises_forged_line():
+    _record_run()
+    raise ValueError("first line\nFORGED done job=1 attempt=1 worker=forger")
+
+
+@task(max_attempts=1)
+def big_result(size):
+    _record_run()
+    return "x" * size
+
+
+@task(takes_context=True)
+def big_effect_data(ctx, size):
+    """Records a side effect with ``size`` bytes of data; returns the error it met, if any."""
+    _record_run()
+    try:
+        with ctx.side_effect(f"big:{ctx.job_id}", data="x" * size):
+            pass
+    except ValueError as exc:
+        return {"error": str(exc)}
+    return {"error": None}
+
+
+@task(max_attempts=1)
+def raises_big(size):
+    _record_run()
+    raise ValueError("x" * size)
+
+
+@task(takes_context=True, max_attempts=2)
+def fails_first_run(ctx):
+    """Fails the first time its body runs, whatever the attempt (claim) number, then succeeds."""
+    first = not BodyRun.objects.filter(job_id=ctx.job_id).exists()
+    _record_run()
+    if first:
+        raise ValueError("the first run fails")
+    return ctx.attempt
+
+
+@task(takes_context=True)
+def stamp(ctx, seconds=0.0):
+    """A periodic test job: returns the tick it was for (after ``seconds`` of work)."""
+    time.sleep(seconds)
+    return ctx.scheduled_at.isoformat() if ctx.scheduled_at else None
+
+
+FAST_FIXED = RetryPolicy(fail_on=(KeyError,), backoff="fixed", base_seconds=0.05, jitter=0)
+
+
+@task(max_attempts=4, retry=FAST_FIXED)
+def picky(exc_name):
+    """Fails with the named exception every time: KeyError fails at once, others retry."""
+    _record_run()
+    raise {"KeyError": KeyError, "ValueError": ValueError}[exc_name]("picky")
+
+
+@task(takes_context=True, max_attempts=2)
+def snoozy(ctx, times, seconds=0.05):
+    """Snoozes ``times`` times, then finishes with the claim count it reached."""
+    _record_run()
+    if ctx.attempt <= times:
+        raise Snooze(seconds)
+    return ctx.attempt
+
+
+@task
+def hopeless(reason):
+    _record_run()
+    raise Discard(reason)
+
+
+def _after_takeover(ctx, timeout: float = 60.0) -> None:
+    """Attempt 1 waits until another worker runs attempt 2: from then on it is stale."""
+    deadline = time.monotonic() + timeout
+    while not BodyRun.objects.filter(job_id=ctx.job_id, attempt=ctx.attempt + 1).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no other worker took the job over")
+        time.sleep(0.05)
+
+
+@task(takes_context=True)
+def stale_snooze(ctx, later_attempt_seconds):
+    """Attempt 1 snoozes once another worker has taken the job over; later attempts finish."""
+    _record_run()
+    if ctx.attempt == 1:
+        _after_takeover(ctx)
+        raise Snooze(600)
+    time.sleep(later_attempt_seconds)
+    return ctx.attempt
+
+
+@task(takes_context=True)
+def stale_discard(ctx, later_attempt_seconds):
+    """Attempt 1 discards once another worker has taken the job over; later attempts finish."""
+    _record_run()
+    if ctx.attempt == 1:
+        _after_takeover(ctx)
+        raise Discard("attempt 1 gave up")
+    time.sleep(later_attempt_seconds)
+    return ctx.attempt
+
+
+@task
+def kinds(*args, **kwargs):
+    """The Python types the body got: what JSON made of the caller's values."""
+    return [type(a).__name__ for a in args] + [f"{k}:{type(v).__name__}" for k, v in sorted(kwargs.items())]
+
+
+@task(queue="spawn")
+def spawner(n):
+    """Enqueues its follow-up: run_jobs(until_empty=True) runs both."""
+    record.using(queue="spawn").enqueue(n + 1)
+    return n
+
+
+@task
+def breaks_its_transaction():
+    """A body whose statement fails: the test's transaction must stay usable."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1/0")

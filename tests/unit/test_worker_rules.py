@@ -64,19 +64,6 @@ def test_an_explicit_heartbeat_is_capped_at_half_the_shortest_lease():
     assert rules.heartbeat_interval(5, 2) == 1  # a task's 2 s lease: clamped, never 5 s
 
 
-@pytest.mark.parametrize("runs", [1, 2, 3, 10, 40])
-def test_retry_delay_doubles_per_run_is_jittered_into_its_upper_half_and_capped(runs):
-    full = min(60.0, 2.0 * 2 ** (runs - 1))
-    for _ in range(50):
-        delay = rules.retry_delay(runs, base=2.0, cap=60.0)
-        assert full / 2 <= delay <= full
-
-
-def test_only_started_runs_limit_retries():
-    assert rules.may_retry(1, 2)
-    assert not rules.may_retry(2, 2)
-
-
 def test_timeout_deadline():
     assert rules.timeout_deadline(100.0, 5) == 105.0
     assert rules.timeout_deadline(100.0, None) is None

@@ -1,38 +1,15 @@
 """``manage.py leasejobs_prune --older-than 7d``: delete finished jobs in batches.
 
-A queue table that keeps every finished job grows without end; the claim
-stays fast (its partial index holds only queued and running rows, see
-docs/performance.md) but backups, the admin and vacuum pay for the rest.
-Pruning deletes finished jobs (done, failed, cancelled) whose ``finished_at``
-is older than the cutoff, a batch per transaction so that no lock is held
-long and autovacuum keeps up. Side-effect keys stay (their ``job`` becomes
-NULL): they are the memory that makes a side effect happen at most once.
-``--side-effects`` deletes them too.
+The work is ``leasejobs.prune.prune``; this command parses its options and
+prints one line of what it deleted.
 """
 
-import re
-import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections, transaction
+from django.core.management.base import BaseCommand, CommandParser
 
-from leasejobs import sql
-from leasejobs.enqueue import DB_ALIAS
-from leasejobs.management.commands.runworker import _positive
-
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_age(text: str) -> float:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or plain seconds, as seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if not match:
-        raise ValueError(text)
-    return float(match.group(1)) * UNITS[match.group(2) or "s"]
-
-
-parse_age.__name__ = "age such as 7d, 12h, 30m or 45s"
+from leasejobs.management.arguments import duration, non_negative_float, positive_int
+from leasejobs.prune import prune
 
 
 class Command(BaseCommand):
@@ -44,14 +21,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--older-than",
-            type=parse_age,
+            type=duration,
             required=True,
             metavar="AGE",
             help="Prune jobs finished longer ago than this: 7d, 12h, 30m, 45s, 2w.",
         )
         parser.add_argument(
             "--batch-size",
-            type=_positive(int),
+            type=positive_int,
             default=1000,
             metavar="N",
             help="Jobs per transaction (1000).",
@@ -64,48 +41,28 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--pause",
-            type=float,
+            type=non_negative_float,
             default=0.0,
             metavar="SECONDS",
             help="Sleep between batches, to go easy on a busy database (0).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["pause"] < 0:
-            raise CommandError("--pause must not be negative.")
-        batch = options["batch_size"]
-        conn = connections[DB_ALIAS]
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT now() - make_interval(secs => %s)", [options["older_than"]])
-            cutoff = cursor.fetchone()[0]
-        jobs = effects = batches = 0
-        started = time.monotonic()
-        while True:
-            with transaction.atomic(using=DB_ALIAS), conn.cursor() as cursor:
-                cursor.execute(sql.PRUNE_PICK, {"cutoff": cutoff, "limit": batch})
-                ids = [row[0] for row in cursor.fetchall()]
-                if not ids:
-                    break
-                if options["side_effects"]:
-                    cursor.execute(sql.PRUNE_SIDE_EFFECTS, {"ids": ids})
-                    effects += cursor.rowcount
-                cursor.execute(sql.PRUNE_JOBS, {"ids": ids})
-                jobs += cursor.rowcount
-            batches += 1
+        def say_batch(number: int, jobs: int) -> None:
             if options["verbosity"] > 1:
-                self.stdout.write(f"batch {batches}: {len(ids)} jobs")
-            if options["pause"]:
-                time.sleep(options["pause"])
-        if options["side_effects"]:
-            while True:
-                with conn.cursor() as cursor:
-                    cursor.execute(sql.PRUNE_ORPHAN_SIDE_EFFECTS, {"cutoff": cutoff, "limit": batch})
-                    if cursor.rowcount == 0:
-                        break
-                    effects += cursor.rowcount
-        kept = "deleted" if options["side_effects"] else "kept"
+                self.stdout.write(f"batch {number}: {jobs} jobs")
+
+        batch = options["batch_size"]
+        done = prune(
+            options["older_than"],
+            batch_size=batch,
+            side_effects=options["side_effects"],
+            pause=options["pause"],
+            on_batch=say_batch,
+        )
+        kept = f"deleted ({done.side_effects:,})" if options["side_effects"] else "kept"
         self.stdout.write(
-            f"Pruned {jobs:,} finished job(s) finished before {cutoff:%Y-%m-%d %H:%M:%S %Z} "
-            f"in {batches} batch(es) of at most {batch:,}, {time.monotonic() - started:.1f} s; "
-            f"side-effect keys {kept}" + (f" ({effects:,})." if options["side_effects"] else ".")
+            f"Pruned {done.jobs:,} finished job(s) finished before {done.cutoff:%Y-%m-%d %H:%M:%S %Z} "
+            f"in {done.batches} batch(es) of at most {batch:,}, {done.seconds:.1f} s; "
+            f"side-effect keys {kept}."
         )

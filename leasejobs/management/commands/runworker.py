@@ -1,54 +1,28 @@
 """``manage.py runworker``: run a leasejobs worker until stopped."""
 
 import logging
-import math
 import signal
 import sys
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
-from leasejobs import registry
+from leasejobs import conf, observe, pooling, registry, tasks_backend
+from leasejobs.conf import db_alias
 from leasejobs.connection import connection_params
-from leasejobs.enqueue import QUEUE_MAX_LENGTH
+from leasejobs.logformat import JsonFormatter
+from leasejobs.management.arguments import (
+    non_negative_float,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+)
+from leasejobs.validators import validate_queue, validate_worker_id
 from leasejobs.worker import Worker, WorkerOptions
-
-
-def _positive(kind: type) -> Any:
-    """An argparse type: a finite number of ``kind`` greater than zero (not nan, not inf)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise ValueError(text) from None
-        if not 0 < value < math.inf:
-            raise ValueError(text)
-        return value
-
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
-
-
-def _not_negative(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < math.inf:
-        raise ValueError(text)
-    return value
-
-
-_not_negative.__name__ = "non-negative number"
-
-
-def _not_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-_not_negative_int.__name__ = "non-negative int"
 
 
 class Command(BaseCommand):
@@ -67,27 +41,27 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=_positive(int),
+            type=positive_int,
             default=4,
             metavar="N",
             help="Jobs run at once, one thread each (default 4).",
         )
         parser.add_argument(
             "--prefetch",
-            type=_not_negative_int,
+            type=non_negative_int,
             metavar="N",
             help="Claim up to N jobs ahead of free slots, fewer as jobs get slower "
             "(default LEASEJOBS['PREFETCH']; 0: free slots only).",
         )
         parser.add_argument(
             "--lease",
-            type=_positive(float),
+            type=positive_float,
             metavar="SECONDS",
             help="Lease of a claim, unless the task sets lease_seconds (default LEASEJOBS['LEASE_SECONDS']).",
         )
         parser.add_argument(
             "--heartbeat",
-            type=_positive(float),
+            type=positive_float,
             metavar="SECONDS",
             help="Extend held leases this often (default: a third of each job's lease).",
         )
@@ -96,10 +70,15 @@ class Command(BaseCommand):
             action="store_true",
             help="Never extend leases. Unsafe: kept to reproduce the double run.",
         )
+        parser.add_argument(
+            "--database",
+            metavar="ALIAS",
+            help="The DATABASES alias holding the queue (default LEASEJOBS['DATABASE'], 'default').",
+        )
         parser.add_argument("--burst", action="store_true", help="Exit 0 once no job is ready to claim.")
         parser.add_argument(
             "--max-jobs",
-            type=_positive(int),
+            type=positive_int,
             metavar="N",
             help="Exit after claiming N jobs and finishing them.",
         )
@@ -108,35 +87,63 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--grace",
-            type=_not_negative,
+            type=non_negative_float,
             default=10.0,
             metavar="SECONDS",
             help="On SIGTERM/SIGINT, let running jobs finish this long before "
             "giving their leases back (default 10).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            metavar="PORT",
+            help="Serve Prometheus metrics on this port (default LEASEJOBS['METRICS_PORT']; "
+            "needs leasejobs[metrics]).",
+        )
+        parser.add_argument(
+            "--log-format",
+            choices=["text", "json"],
+            help="One line of text or one JSON object per event (default LEASEJOBS['LOG_FORMAT']).",
+        )
+
+        parser.add_argument(
+            "--no-periodic",
+            action="store_true",
+            help="Never enqueue periodic jobs from this worker (by default every worker does, "
+            "and each tick is still enqueued once).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        _use_database(options["database"])
         worker_options = self._worker_options(options)
-        _configure_logging(options["verbosity"])
+        log_format = options["log_format"] or conf.get("LOG_FORMAT")
+        if log_format not in ("text", "json"):
+            raise CommandError(f"LEASEJOBS['LOG_FORMAT'] must be 'text' or 'json', not {log_format!r}.")
+        _configure_logging(options["verbosity"], log_format)
         self._check_database()
-        registry.autodiscover()
+        worker_options.connections = _connection_plan()
+        tasks_backend.register_from(registry.autodiscover())
         worker = Worker(worker_options)
+        try:
+            observe.start(worker.worker_id, worker_options.concurrency, options["metrics_port"])
+        except (RuntimeError, OSError) as exc:
+            raise CommandError(f"Cannot serve metrics: {exc}.") from None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: worker.request_stop())
         worker.run()
 
     def _worker_options(self, options: dict[str, Any]) -> WorkerOptions:
         queues = options["queues"]
-        for q in queues or []:
-            if not q or len(q) > QUEUE_MAX_LENGTH:
-                raise CommandError(
-                    f"--queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {q!r}."
-                )
+        worker_id = options["worker_id"]
+        try:
+            for q in queues or []:
+                validate_queue(q, "--queue")
+            if worker_id is not None:
+                validate_worker_id(worker_id, "--worker-id")
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         if options["heartbeat"] and options["no_heartbeat"]:
             raise CommandError("--heartbeat and --no-heartbeat contradict each other; give one.")
-        worker_id = options["worker_id"]
-        if worker_id is not None and (not worker_id.strip() or len(worker_id) > 200):
-            raise CommandError("--worker-id must be 1 to 200 characters, not blank.")
         result = WorkerOptions(
             queues=queues,
             concurrency=options["concurrency"],
@@ -147,13 +154,12 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"],
             grace_seconds=options["grace"],
             prefetch=options["prefetch"],
+            periodic=not options["no_periodic"],
         )
         if worker_id:
             result.worker_id = worker_id
         lease = result.lease_seconds
         if lease is None:
-            from leasejobs import conf
-
             lease = float(conf.get("LEASE_SECONDS"))
         if result.heartbeat_seconds is not None and result.heartbeat_seconds >= lease:
             raise CommandError(
@@ -170,10 +176,9 @@ class Command(BaseCommand):
             with psycopg.connect(**params) as conn:
                 found = conn.execute("SELECT to_regclass('leasejobs_job') IS NOT NULL").fetchone()
         except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             raise CommandError(
-                f"Cannot reach the database at {where} ({reason}). Check DATABASE_URL or "
-                "DATABASES['default'] and that PostgreSQL is running."
+                f"Cannot reach the database at {where} ({_reason(exc)}). Check DATABASE_URL or "
+                f"DATABASES[{db_alias()!r}] and that PostgreSQL is running."
             ) from None
         if not (found and found[0]):
             raise CommandError(
@@ -181,14 +186,53 @@ class Command(BaseCommand):
             )
 
 
-def _configure_logging(verbosity: int) -> None:
-    """Show the worker's one-line events on stderr unless logging is configured."""
+def _use_database(alias: str | None) -> None:
+    """``--database``: this process's queue lives in ``alias`` (LEASEJOBS['DATABASE'] for it)."""
+    if alias is not None:
+        settings.LEASEJOBS = {**(getattr(settings, "LEASEJOBS", None) or {}), "DATABASE": alias}
+    if db_alias() not in connections.settings:
+        raise CommandError(f"The queue's database alias {db_alias()!r} is not in DATABASES.")
+
+
+def _connection_plan() -> pooling.ConnectionPlan:
+    """Detect a transaction pooler; refuse, in one sentence, settings that cannot work with it."""
+    try:
+        plan = pooling.plan()
+    except pooling.PoolingError as exc:
+        raise CommandError(str(exc)) from None
+    except psycopg.Error as exc:
+        raise CommandError(f"Cannot reach the LISTEN database ({_reason(exc)}).") from None
+    if plan.pooled and (found := pooling.problems()):
+        raise CommandError(found[0])
+    return plan
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+
+
+def _configure_logging(verbosity: int, log_format: str) -> None:
+    """Show the worker's one-line events on stderr unless logging is configured.
+
+    ``-v 0``: problems only (WARNING). ``-v 1``, the default: also start, stop,
+    cancels and releases (INFO), unless LOGGING set another level. ``-v 2``:
+    also a line per claimed and finished job (DEBUG).
+
+    ``json`` also switches the handlers that configured logging put on the
+    ``leasejobs`` logger or the root logger to ``JsonFormatter``: asking for
+    JSON on the command line must give JSON whatever LOGGING says.
+    """
     logger = logging.getLogger("leasejobs")
     if verbosity == 0:
         logger.setLevel(logging.WARNING)
+    elif verbosity >= 2:
+        logger.setLevel(logging.DEBUG)
     elif logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
     if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-        logger.addHandler(handler)
+        stream: logging.Handler = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        logger.addHandler(stream)
+    if log_format == "json":
+        for handler in [*logger.handlers, *logging.getLogger().handlers]:
+            handler.setFormatter(JsonFormatter())

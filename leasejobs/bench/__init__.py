@@ -1,0 +1,43 @@
+"""The benchmark behind ``manage.py leasejobs_bench``, apart from the library.
+
+What it measures, on the database Django is configured for:
+
+- enqueue: ``task.enqueue()`` one job per transaction through Django's
+  connection, and ``task.bulk_enqueue()`` 1,000 jobs per call;
+- processing: real ``runworker`` processes drain no-op jobs. The workers are
+  started first and wait, idle, on LISTEN; then all jobs are committed in one
+  transaction, so every worker sees them at the same moment. The figure runs
+  from the first claim to the last finish, both stamped by the database
+  (``started_at``, ``finished_at``), the same clock and method as the peer
+  benchmark in the project's research notes;
+- latency: one idle worker, jobs enqueued one at a time at a steady rate;
+  each body returns how long ago (wall clock, same machine) its enqueue call
+  began;
+- the raw-SQL limit (``--raw-sql``): the least a lease queue must do, a
+  fenced claim and a fenced finish of ``batch`` jobs per statement with
+  prepared statements through psycopg, no Python job handling at all, on a
+  table of its own. It bounds what any Python worker can reach on this
+  machine in this run;
+- a large table (``--table-rows N``): N finished jobs are inserted first, the
+  processing run is repeated, and the claim's plan is printed;
+- HOT updates: ``n_tup_hot_upd / n_tup_upd`` of the jobs table, for the
+  processing runs and for a window in which only heartbeats write;
+- worker memory: the resident set size of each worker process while it works.
+
+Every job the bench makes is on the ``leasejobs-bench`` queue (the finished
+rows of ``--table-rows`` on ``leasejobs-bench-history``) and is deleted at the
+end. The workers are started with ``--queue leasejobs-bench``; a worker of
+your own that listens to all queues would take bench jobs and fail them as
+unknown tasks, so run the bench against a database no other worker uses.
+
+The bench tasks are registered only in the bench's processes: the worker
+processes run ``runworker`` after ``register_tasks()``, so production workers
+never know them.
+
+Its modules: ``run`` (the session: enqueue, processing, latency, HOT
+updates, and ``run_all`` which runs what the command's options ask),
+``workers`` (the ``runworker`` processes), ``raw`` (the raw-SQL limit),
+``db`` (its own psycopg connections, the machine), ``tasks`` (the bench
+tasks), ``report`` (the table) and ``plot`` (the PNG). Nothing in
+``leasejobs`` outside this package and its command imports it.
+"""

@@ -1,0 +1,104 @@
+"""The bench's results as the plain-text table ``leasejobs_bench`` prints."""
+
+from typing import Any
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """Jobs/s of enqueue, processing and the raw-SQL limit, and the latency."""
+    rows: list[tuple[str, str]] = []
+    if "enqueue" in results:
+        rows.append(
+            (
+                "enqueue, single (task.enqueue, Django connection)",
+                _n(results["enqueue"]["single"]) + " jobs/s",
+            )
+        )
+        rows.append(
+            ("enqueue, bulk (bulk_enqueue, 1,000 per call)", _n(results["enqueue"]["bulk"]) + " jobs/s")
+        )
+    if "raw_insert" in results:
+        raw = results["raw_insert"]
+        rows.append(("raw SQL limit, INSERT one job per statement", _n(raw["single"]) + " jobs/s"))
+        rows.append(("raw SQL limit, INSERT 1,000 jobs per statement", _n(raw["bulk"]) + " jobs/s"))
+    for f in results["processing"]:
+        label = (
+            f"processing, {f['workers']} worker(s) x concurrency {f['concurrency']}, {f['log_level'].upper()}"
+        )
+        if f["table_rows"]:
+            label += f", {f['table_rows']:,} finished rows"
+        runs = ", ".join(_n(r) for r in f["runs"])
+        rows.append((label, f"{_n(f['median'])} jobs/s  (runs: {runs})"))
+    for r in results.get("raw_sql", []):
+        label = f"raw SQL limit, {r['batch']} per statement, {r['clients']} client(s)"
+        rows.append((label, f"{_n(r['median'])} jobs/s"))
+    if "latency_ms" in results:
+        lat = results["latency_ms"]
+        rows.append(
+            (
+                f"latency enqueue-to-start p50 / p95 / p99 ({lat['jobs']} jobs)",
+                f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} ms",
+            )
+        )
+    return rows
+
+
+def _cost_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the figures cost: HOT updates of the jobs table, the workers' memory."""
+    rows: list[tuple[str, str]] = []
+    for f in results["processing"]:
+        if f["updates"]:
+            rows.append(
+                (
+                    f"HOT updates / updates, processing {f['workers']}w c{f['concurrency']} "
+                    f"{f['log_level'].upper()}" + (" (large table)" if f["table_rows"] else ""),
+                    f"{f['hot_updates']:,} / {f['updates']:,}",
+                )
+            )
+    if "heartbeat_hot" in results:
+        h = results["heartbeat_hot"]
+        ratio = h["hot_updates"] / h["updates"] if h["updates"] else float("nan")
+        rows.append(
+            (
+                "HOT updates / updates, heartbeats only",
+                f"{h['hot_updates']:,} / {h['updates']:,} = {ratio:.0%}",
+            )
+        )
+    for f in results["processing"]:
+        r = f["rss_mb"]
+        rows.append(
+            (
+                f"worker RSS, {f['workers']}w c{f['concurrency']} {f['log_level'].upper()}"
+                + (" (large table)" if f["table_rows"] else "")
+                + " idle / 25% / end",
+                f"{r['idle']} / {r['at_25pct'] or '-'} / {r['end']} MB",
+            )
+        )
+    return rows
+
+
+def render(results: dict[str, Any]) -> str:
+    """The results as a plain-text table."""
+    m = results["machine"]
+    s = results["settings"]
+    rows = _throughput_rows(results) + _cost_rows(results)
+    width = max(len(label) for label, _ in rows) if rows else 0
+    lines = [
+        f"leasejobs_bench  {m['time']}  PostgreSQL {m['postgresql']}  {m['cpus']} CPUs  "
+        f"load {' '.join(str(x) for x in m['load_before'])}",
+        f"{s['jobs']:,} no-op jobs per processing run, median of {s['repeat']}, workers logging at "
+        f"{' and '.join(s['worker_log_level']).upper()}, "
+        f"prefetch {'default' if s['prefetch'] is None else s['prefetch']}",
+        "",
+    ]
+    lines += [f"{label:<{width}}  {value}" for label, value in rows]
+    if "table" in results:
+        plan = results["table"]["claim_plan"]
+        scans = [
+            line.strip() for line in plan.splitlines() if "Scan" in line and "leasejobs_job_claim" in line
+        ]
+        lines += ["", "claim plan with the large table: " + (scans[0] if scans else "NO claim index scan!")]
+    return "\n".join(lines) + "\n"

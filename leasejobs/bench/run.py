@@ -1,0 +1,436 @@
+"""One benchmark session (``Bench``) and ``run_all``, which runs what the command asks."""
+
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from leasejobs import sql, store
+from leasejobs.bench import raw
+from leasejobs.bench.db import CLAIM_SESSION, connect, machine
+from leasejobs.bench.tasks import HISTORY_QUEUE, NOOP, QUEUE, register_tasks
+from leasejobs.bench.workers import WorkerGroup
+from leasejobs.conf import db_alias
+
+#: runworker's verbosity for each log level.
+VERBOSITY = {"warning": 0, "info": 1}
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The p-th percentile (0-100) by linear interpolation between closest ranks."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * p / 100
+    low = int(k)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+class Progress:
+    """A one-line progress bar on stderr, for runs long enough to need one."""
+
+    def __init__(self, label: str, total: int, enabled: bool) -> None:
+        self.label = label
+        self.total = max(1, total)
+        self.enabled = enabled and sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.shown = False
+
+    def update(self, done: int) -> None:
+        if not self.enabled or time.monotonic() - self.started < 2:
+            return
+        width = 30
+        filled = int(width * min(done, self.total) / self.total)
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{self.total:,}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+            sys.stderr.flush()
+
+
+@dataclass
+class Bench:
+    """One benchmark session: a connection of its own, a log folder, the tasks."""
+
+    verbosity: int = 0  # of the worker processes: 0 is WARNING, 1 is INFO
+    progress: bool = True
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="leasejobs-bench-")))
+    _runs: int = 0
+
+    def __post_init__(self) -> None:
+        self.tasks = register_tasks()
+        self.conn = connect()
+        # Progress polls walk the claim index, as a worker's claim does.
+        self.poll = connect(CLAIM_SESSION)
+
+    def close(self) -> None:
+        self.clear(history=True)
+        self.conn.close()
+        self.poll.close()
+        for path in self.log_dir.glob("*.log"):
+            path.unlink()
+        with contextlib.suppress(OSError):
+            self.log_dir.rmdir()
+
+    # -- database state
+
+    def clear(self, history: bool = False) -> None:
+        """Delete the bench's jobs (and the --table-rows history), then vacuum."""
+        queues = [QUEUE, HISTORY_QUEUE] if history else [QUEUE]
+        self.conn.execute("DELETE FROM leasejobs_job WHERE queue = ANY(%s)", [queues])
+        self.conn.execute("VACUUM leasejobs_job")
+
+    def other_workers(self) -> int:
+        """leasejobs workers connected to this database that are not the bench's."""
+        row = self.conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name LIKE 'leasejobs claim %%'"
+            " AND application_name NOT LIKE 'leasejobs claim bench-%%'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def table_stats(self) -> tuple[int, int]:
+        self.conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = self.conn.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'leasejobs_job'"
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def prefill(self, rows: int) -> float:
+        """Insert ``rows`` finished jobs, as a busy site keeps for a week; seconds taken."""
+        started = time.monotonic()
+        self.conn.execute(
+            """
+            INSERT INTO leasejobs_job (
+                task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
+                run_at, leased_by, cancel_requested, last_error, errors, worker_ids,
+                result, created_at, started_at, finished_at
+            )
+            SELECT %(task)s, %(queue)s, 0, '[]', '{}', 'done', 1, 1,
+                   now() - interval '7 days' + g * interval '1 ms', 'bench-history', false, '',
+                   '[]', '["bench-history"]', NULL, now() - interval '7 days',
+                   now() - interval '7 days', now() - interval '7 days' + g * interval '1 ms'
+            FROM generate_series(1, %(rows)s) AS g
+            """,
+            {"task": NOOP, "queue": HISTORY_QUEUE, "rows": rows},
+        )
+        # Autovacuum would have done this on a table that grew over a week.
+        self.conn.execute("VACUUM ANALYZE leasejobs_job")
+        return time.monotonic() - started
+
+    def claim_plan(self) -> str:
+        """EXPLAIN of the worker's claim, on a connection set up like the worker's."""
+        with connect(CLAIM_SESSION) as conn:
+            rows = conn.execute(
+                "EXPLAIN " + sql.CLAIM,
+                store.claim_params(
+                    limit=100,
+                    counted=4,
+                    queues=[QUEUE],
+                    lease_seconds=30.0,
+                    task_leases={},
+                    worker_id="bench-explain",
+                ),
+            ).fetchall()
+        return "\n".join(r[0] for r in rows)
+
+    # -- enqueue
+
+    def enqueue_single(self, jobs: int) -> float:
+        """Jobs/s of ``task.enqueue()``, each its own transaction on Django's connection."""
+        noop = self.tasks["noop"]
+        started = time.perf_counter()
+        for _ in range(jobs):
+            noop.enqueue()
+        rate = jobs / (time.perf_counter() - started)
+        self.clear()
+        return rate
+
+    def enqueue_bulk(self, jobs: int, chunk: int = 1000) -> float:
+        """Jobs/s of ``task.bulk_enqueue()`` with ``chunk`` jobs per call."""
+        noop = self.tasks["noop"]
+        calls: list[tuple[tuple[()], dict[str, Any]]] = [((), {})] * chunk
+        started = time.perf_counter()
+        for _ in range(max(1, jobs // chunk)):
+            noop.bulk_enqueue(calls)
+        rate = max(1, jobs // chunk) * chunk / (time.perf_counter() - started)
+        self.clear()
+        return rate
+
+    # -- processing
+
+    @contextlib.contextmanager
+    def workers(self, count: int, args: list[str]) -> Iterator[WorkerGroup]:
+        self._runs += 1
+        group = WorkerGroup(count, args, self.log_dir, self.verbosity, name=f"{os.getpid()}-{self._runs}")
+        try:
+            group.start()
+            group.wait_ready(self.conn)
+            yield group
+            group.stop()
+        finally:
+            for proc in group.procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+    def _commit_jobs(self, jobs: int) -> None:
+        """Enqueue ``jobs`` no-op jobs in one transaction: all visible at once."""
+        noop = self.tasks["noop"]
+        with transaction.atomic(using=db_alias()):
+            left = jobs
+            while left:
+                n = min(left, 5000)
+                noop.bulk_enqueue([((), {})] * n)
+                left -= n
+
+    def _remaining(self, first_id: int, jobs: int) -> int:
+        """Jobs not finished yet, from the claim order (ids), in one index probe."""
+        row = self.poll.execute(
+            "SELECT id FROM leasejobs_job WHERE status IN ('queued', 'running') AND queue = %s"
+            " ORDER BY priority DESC, run_at, id LIMIT 1",
+            [QUEUE],
+        ).fetchone()
+        return 0 if row is None else max(1, jobs - (int(row[0]) - first_id))
+
+    def process(
+        self, jobs: int, workers: int, concurrency: int, prefetch: int | None, timeout: float = 900
+    ) -> dict[str, Any]:
+        """Drain ``jobs`` no-op jobs with ``workers`` runworker processes; one run."""
+        args = ["--concurrency", str(concurrency)]
+        if prefetch is not None:
+            args += ["--prefetch", str(prefetch)]
+        self.clear()
+        rss: list[tuple[int, float]] = []  # (jobs finished, largest worker RSS)
+        with self.workers(workers, args) as group:
+            rss_idle = max(group.rss_mb(), default=0.0)
+            before = self.table_stats()
+            self._commit_jobs(jobs)
+            row = self.conn.execute("SELECT min(id) FROM leasejobs_job WHERE queue = %s", [QUEUE]).fetchone()
+            first_id = int(row[0]) if row and row[0] is not None else 0
+            bar = Progress(f"{workers} worker(s) x c{concurrency}", jobs, self.progress)
+            deadline = time.monotonic() + timeout
+            while (left := self._remaining(first_id, jobs)) > 0:
+                group.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{left} bench jobs still unfinished after {timeout:.0f} s")
+                rss.append((jobs - left, max(group.rss_mb(), default=0.0)))
+                bar.update(jobs - left)
+                time.sleep(0.05)
+            bar.close()
+            rss_end = max(group.rss_mb(), default=0.0)
+        after = self.table_stats()
+        row = self.conn.execute(
+            """
+            SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE attempt <> 1),
+                   extract(epoch FROM max(finished_at) - min(started_at))
+            FROM leasejobs_job WHERE queue = %s
+            """,
+            [QUEUE],
+        ).fetchone()
+        assert row is not None
+        done, reclaimed, seconds = int(row[0]), int(row[1]), float(row[2] or 0)
+        if done != jobs or reclaimed:
+            raise RuntimeError(f"{done} of {jobs} bench jobs done, {reclaimed} not on their first attempt")
+        updates, hot = after[0] - before[0], after[1] - before[1]
+        settled = [mb for n, mb in rss if n >= jobs // 4]
+        return {
+            "jobs_per_s": jobs / seconds if seconds > 0 else float("inf"),
+            "seconds": seconds,
+            "updates": updates,
+            "hot_updates": hot,
+            "rss_mb": {
+                "idle": round(rss_idle, 1),
+                "at_25pct": round(settled[0], 1) if settled else None,
+                "max": round(max((mb for _, mb in rss), default=rss_end), 1),
+                "end": round(rss_end, 1),
+            },
+        }
+
+    def latency(self, jobs: int, rate: float, concurrency: int) -> dict[str, float]:
+        """Enqueue-to-start latency with one idle worker, ``jobs`` jobs at ``rate`` per second."""
+        stamp = self.tasks["stamp"]
+        self.clear()
+        with self.workers(1, ["--concurrency", str(concurrency)]) as group:
+            ids = []
+            next_at = time.monotonic()
+            for _ in range(jobs):
+                next_at += 1 / rate
+                time.sleep(max(0.0, next_at - time.monotonic()))
+                ids.append(stamp.enqueue(time.time()).id)
+            deadline = time.monotonic() + 30
+            while self._unfinished(ids):
+                group.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError("latency jobs unfinished after 30 s")
+                time.sleep(0.05)
+        rows = self.conn.execute(
+            "SELECT (result #>> '{}')::float8 FROM leasejobs_job WHERE id = ANY(%s)", [ids]
+        ).fetchall()
+        ms = [float(r[0]) * 1000 for r in rows]
+        self.clear()
+        return {
+            "jobs": len(ms),
+            "p50": percentile(ms, 50),
+            "p95": percentile(ms, 95),
+            "p99": percentile(ms, 99),
+            "max": max(ms),
+        }
+
+    def _unfinished(self, ids: list[int]) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM leasejobs_job WHERE id = ANY(%s) AND status <> 'done'", [ids]
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def heartbeat_hot(self, jobs: int = 20, seconds: float = 6.0) -> dict[str, int]:
+        """Updates and HOT updates of the jobs table while only heartbeats write.
+
+        ``jobs`` sleeping jobs run under a 2 s lease with a heartbeat every
+        0.2 s; the window starts once all run (and their claims' statistics
+        are flushed) and ends before any finishes.
+        """
+        self.clear()
+        sleep = self.tasks["sleep"]
+        args = ["--concurrency", str(jobs), "--lease", "2", "--heartbeat", "0.2"]
+        with self.workers(1, args) as group:
+            sleep.bulk_enqueue([((seconds,), {})] * jobs)
+            deadline = time.monotonic() + 30
+            while self._running() < jobs:
+                group.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError("heartbeat jobs did not all start")
+                time.sleep(0.05)
+            # Statistics reach pg_stat_user_tables up to a second late.
+            time.sleep(1.5)
+            before = self.table_stats()
+            time.sleep(seconds - 3.0)
+            after = self.table_stats()
+        self.clear()
+        return {"updates": after[0] - before[0], "hot_updates": after[1] - before[1]}
+
+    def _running(self) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM leasejobs_job WHERE queue = %s AND status = 'running'", [QUEUE]
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
+def median_of(runs: list[dict[str, Any]], key: str = "jobs_per_s") -> float:
+    return float(statistics.median(r[key] for r in runs))
+
+
+def to_json(results: dict[str, Any]) -> str:
+    return json.dumps(results, indent=2, default=str)
+
+
+def run_all(
+    b: Bench, options: dict[str, Any], step: Callable[[str], None], warn: Callable[[str], None]
+) -> dict[str, Any]:
+    """Every figure the command's ``options`` ask for, as one JSON-able dict.
+
+    ``step`` is told what starts next; ``warn`` what may spoil the figures.
+    """
+    repeat = options["repeat"]
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "settings": {
+            "jobs": options["jobs"],
+            "repeat": repeat,
+            "prefetch": options["prefetch"],
+            "worker_log_level": options["worker_log_level"],
+        },
+    }
+    others = b.other_workers()
+    if others:
+        warn(
+            f"warning: {others} other leasejobs worker(s) are connected to this database; "
+            "if they listen to all queues they take bench jobs and fail them."
+        )
+    if options["enqueue_jobs"]:
+        step(f"enqueue {options['enqueue_jobs']:,} jobs, single and bulk")
+        n = options["enqueue_jobs"]
+        results["enqueue"] = {
+            "single": statistics.median(b.enqueue_single(n) for _ in range(repeat)),
+            "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
+        }
+    if options["raw_sql"] and options["enqueue_jobs"]:
+        n = options["enqueue_jobs"]
+        step(f"raw SQL: insert {n:,} jobs, one and 1,000 per statement")
+        results["raw_insert"] = {
+            "single": statistics.median(raw.raw_insert(b.conn, n, 1) for _ in range(repeat)),
+            "bulk": statistics.median(raw.raw_insert(b.conn, n, 1000) for _ in range(repeat)),
+        }
+    if options["raw_sql"]:
+        results["raw_sql"] = []
+        for batch in options["raw_batches"]:
+            for clients in options["raw_clients"]:
+                jobs = options["raw_jobs"] or min(100_000, 10_000 * batch)
+                step(f"raw SQL: {batch} per statement, {clients} client(s), {jobs:,} jobs")
+                runs = [raw.raw_sql(b.conn, batch, clients, jobs) for _ in range(repeat)]
+                results["raw_sql"].append(
+                    {"batch": batch, "clients": clients, "runs": runs, "median": statistics.median(runs)}
+                )
+    results["processing"] = _processing(b, options, 0, step) if options["jobs"] else []
+    if options["table_rows"] and options["jobs"]:
+        step(f"insert {options['table_rows']:,} finished jobs")
+        seconds = b.prefill(options["table_rows"])
+        results["table"] = {"rows": options["table_rows"], "prefill_seconds": seconds}
+        results["processing"] += _processing(b, options, options["table_rows"], step)
+        results["table"]["claim_plan"] = b.claim_plan()
+    if options["latency_jobs"]:
+        step(f"latency: {options['latency_jobs']} jobs at {options['latency_rate']:g}/s")
+        results["latency_ms"] = b.latency(
+            options["latency_jobs"], options["latency_rate"], options["concurrency"][0]
+        )
+    if options["hot"]:
+        step("HOT updates while only heartbeats write")
+        results["heartbeat_hot"] = b.heartbeat_hot()
+    return results
+
+
+def _processing(
+    b: Bench, options: dict[str, Any], table_rows: int, step: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    figures = []
+    for level in options["worker_log_level"]:
+        b.verbosity = VERBOSITY[level]
+        for workers in options["workers"]:
+            for concurrency in options["concurrency"]:
+                step(
+                    f"processing {options['jobs']:,} jobs: {workers} worker(s) x concurrency "
+                    f"{concurrency}, logging {level.upper()}"
+                    + (f", {table_rows:,} finished rows in the table" if table_rows else ""),
+                )
+                runs = [
+                    b.process(options["jobs"], workers, concurrency, options["prefetch"])
+                    for _ in range(options["repeat"])
+                ]
+                figures.append(
+                    {
+                        "workers": workers,
+                        "concurrency": concurrency,
+                        "log_level": level,
+                        "table_rows": table_rows,
+                        "runs": [round(r["jobs_per_s"]) for r in runs],
+                        "median": median_of(runs),
+                        "updates": sum(r["updates"] for r in runs),
+                        "hot_updates": sum(r["hot_updates"] for r in runs),
+                        "rss_mb": runs[-1]["rss_mb"],
+                    }
+                )
+    b.verbosity = VERBOSITY[options["worker_log_level"][0]]
+    return figures

@@ -1,0 +1,112 @@
+"""The overview's charts: the numbers each query finds, their cache, and the page that draws them."""
+
+import datetime as dt
+import re
+
+import pytest
+from django.db import connection
+from django.db.models.functions import Now
+
+from leasejobs.admin import charts
+from leasejobs.models import ChartPoint, Job
+
+pytestmark = pytest.mark.django_db
+
+HOUR = charts.WINDOWS["hour"]
+
+
+def ago(minutes: float) -> Now:
+    return Now() - dt.timedelta(minutes=minutes)
+
+
+def minute(t: dt.datetime) -> dt.datetime:
+    """The one-minute bucket a time falls in."""
+    return t.replace(second=0, microsecond=0)
+
+
+def a_busy_hour() -> dict[str, Job]:
+    finished = {"status": "done", "attempt": 1, "run_at": ago(5), "finished_at": ago(4.5)}
+    for _ in range(3):
+        Job.objects.create(task_name="t", started_at=ago(5) + dt.timedelta(seconds=4), **finished)
+    failed = Job.objects.create(
+        task_name="t", started_at=ago(5) + dt.timedelta(seconds=10), **{**finished, "status": "failed"}
+    )
+    # Attempt 3 after one failure: one attempt ended with no outcome (a lost lease), claimed 10 min ago.
+    retried = Job.objects.create(
+        task_name="t",
+        status="done",
+        attempt=3,
+        errors=[{"attempt": 1}],
+        run_at=ago(12),
+        started_at=ago(10),
+        finished_at=ago(9.5),
+    )
+    # Two jobs due for 20 minutes in queue "mail", never claimed.
+    for _ in range(2):
+        Job.objects.create(task_name="t", queue="mail", run_at=ago(20))
+    Job.objects.update(created_at=ago(30))
+    jobs = {"failed": failed, "retried": retried, "mail": Job.objects.filter(queue="mail").first()}
+    for job in jobs.values():
+        job.refresh_from_db()
+    return jobs
+
+
+def test_each_chart_counts_what_happened_in_its_buckets():
+    jobs = a_busy_hour()
+    finished_at = minute(jobs["failed"].finished_at)
+    times, values = charts.points("throughput", HOUR)
+    assert len(times) == 60 and finished_at in times
+    assert (values["finished"][finished_at], values["failed"][finished_at]) == (4, 1)
+    assert sum(values["finished"].values()) == 5
+    times, values = charts.points("queue_time", HOUR)
+    assert values["p50"][finished_at] == pytest.approx(4.0)
+    assert values["p95"][finished_at] == pytest.approx(9.1)
+    times, values = charts.points("leases_lost", HOUR)
+    assert values["lost"][minute(jobs["retried"].started_at)] == 1
+    assert sum(values["lost"].values()) == 1
+    times, values = charts.points("backlog", HOUR)
+    due = minute(jobs["mail"].run_at)
+    mail = values["mail"]
+    assert mail[due - dt.timedelta(minutes=1)] == 0 and mail[due] == 2 and mail[times[-1]] == 2
+    # The retried job waited from its run_at (12 min ago) to its claim (10 min ago).
+    retried = values["default"]
+    assert retried[minute(jobs["retried"].run_at)] == 1
+    assert retried[minute(jobs["retried"].started_at)] == 0
+
+
+def test_closed_buckets_are_computed_once_and_kept():
+    jobs = a_busy_hour()
+    finished_at = minute(jobs["failed"].finished_at)
+    charts.points("throughput", HOUR)
+    stored = ChartPoint.objects.filter(chart="throughput", step_seconds=60)
+    assert stored.filter(series="").count() == 59  # every closed bucket, marked as computed
+    assert stored.get(series="finished", t=finished_at).value == 4
+    # A job written into a closed bucket afterwards (only a hand-made row can) is not read again.
+    Job.objects.create(task_name="t", status="done", run_at=ago(6), started_at=ago(6), finished_at=ago(4.5))
+    _, values = charts.points("throughput", HOUR)
+    assert values["finished"][finished_at] == 4
+
+
+def test_the_overview_draws_four_labelled_charts_with_tables(admin_client):
+    a_busy_hour()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO leasejobs_worker VALUES ('w-live', 'h', 1, now(), now(), 10), "
+            "('w-dead', 'h', 2, now(), now() - interval '1 hour', 10)"
+        )
+    for window, label in (("", "last hour, per minute"), ("day", "last day, per 15 minutes")):
+        page = admin_client.get(f"/admin/leasejobs/joboverview/?window={window}&refresh=0").content.decode()
+        assert f"Over time: {label}" in page
+        assert page.count('<svg class="leasejobs-chart"') == 4
+        assert page.count('role="img"') == 4
+        for title in (
+            "Jobs finished and failed",
+            "Queue time (due to claim)",
+            "Queued backlog by queue",
+            "Leases lost",
+        ):
+            assert f">{title}</title>" in page
+            assert f"{title}: data table</summary>" in page
+        assert ">jobs per minute</text>" in page and ">time (" in page
+        assert "<polyline" in page
+        assert re.search(r'"leasejobs-big">1</p>\s*<p>heartbeating; 0 holding a lease', page)
