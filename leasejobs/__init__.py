@@ -19,7 +19,10 @@ __all__ = [
     "Snooze",
     "Task",
     "current_job",
+    "pause_queue",
     "periodic",
+    "resume_queue",
+    "set_limits",
     "task",
 ]
 
@@ -28,6 +31,9 @@ _LAZY = {
     "Task": "leasejobs.registry",
     "current_job": "leasejobs.context",
     "JobContext": "leasejobs.context",
+    "pause_queue": "leasejobs.controls",
+    "resume_queue": "leasejobs.controls",
+    "set_limits": "leasejobs.controls",
     "RetryPolicy": "leasejobs.retry",
 }
 

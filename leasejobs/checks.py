@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from django.core.checks import Error, Tags, register
 
-from leasejobs import conf
+from leasejobs import conf, controls
 
 
 @register()
@@ -25,6 +25,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             id="leasejobs.E002",
         )
     ]
+
+
+@register()
+def check_queues(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Bad limits in LEASEJOBS["QUEUES"] stop the worker at start, in one sentence."""
+    try:
+        controls.configured()
+    except ValueError as exc:
+        return [Error(f"LEASEJOBS['QUEUES']: {exc}", id="leasejobs.E003")]
+    return []
 
 
 @register(Tags.database)

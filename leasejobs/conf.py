@@ -35,6 +35,10 @@ DEFAULTS: dict[str, Any] = {
     # buffered job starts within 0.1 s (and a tenth of its lease): 1000 only
     # for jobs of 0.4 ms or less at concurrency 4. 0 claims free slots only.
     "PREFETCH": 1000,
+    # Default limits per queue, across all workers (docs/queue-controls.md):
+    # {"pdf": {"concurrency": 2}, "email": {"rate": "100/m"}}. Limits changed
+    # at run time (admin, leasejobs.set_limits) win over these.
+    "QUEUES": {},
     # Serve the worker's Prometheus metrics on this port (runworker
     # --metrics-port); None: off. Needs the leasejobs[metrics] extra.
     "METRICS_PORT": None,

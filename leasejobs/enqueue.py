@@ -18,7 +18,13 @@ from leasejobs import conf, sql, tracing
 from leasejobs.conf import db_alias
 from leasejobs.limits import encode_json, encode_payload
 from leasejobs.models import Job
-from leasejobs.validators import validate_key, validate_max_attempts, validate_priority, validate_queue
+from leasejobs.validators import (
+    validate_concurrency_limit,
+    validate_key,
+    validate_max_attempts,
+    validate_priority,
+    validate_queue,
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,8 @@ class JobSpec:
     run_at: dt.datetime | None
     delay: float
     idempotency_key: str | None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
     #: A ``using(retry=...)`` policy (``RetryPolicy.to_json``), or None.
     retry_policy: dict[str, Any] | None = None
 
@@ -51,6 +59,8 @@ def build(
     run_at: dt.datetime | None = None,
     delay: float | dt.timedelta | None = None,
     idempotency_key: str | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
     retry_policy: dict[str, Any] | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
@@ -67,6 +77,7 @@ def build(
         raise ValueError("delay must be a number of seconds or a timedelta, not negative.")
     if idempotency_key is not None:
         validate_key(idempotency_key)
+    _check_concurrency(task_name, concurrency_key, concurrency_limit)
     return JobSpec(
         task_name=task_name,
         args=list(args),
@@ -79,8 +90,24 @@ def build(
         run_at=run_at,
         delay=float(seconds),
         idempotency_key=idempotency_key,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit if concurrency_key is not None else None,
         retry_policy=retry_policy,
     )
+
+
+def _check_concurrency(task_name: str, key: str | None, limit: int | None) -> None:
+    """A concurrency key needs a limit (a whole number of at least 1) to mean anything."""
+    if limit is not None:
+        validate_concurrency_limit(limit, f"concurrency_limit of {task_name}")
+    if key is None:
+        return
+    validate_key(key, "concurrency_key")
+    if limit is None:
+        raise ValueError(
+            f"{task_name} was given a concurrency_key but has no concurrency_limit: "
+            "declare @task(concurrency_limit=N) or pass using(concurrency_limit=N)."
+        )
 
 
 def build_many(
@@ -139,6 +166,8 @@ def _job(
         "created_at": created_at,
         "started_at": None,
         "finished_at": None,
+        "concurrency_key": spec.concurrency_key,
+        "concurrency_limit": spec.concurrency_limit,
         "trace_context": trace_context,
         "snoozes": 0,
         "retry_policy": spec.retry_policy,
@@ -177,19 +206,30 @@ def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
                 "run_at": spec.run_at,
                 "delay": spec.delay,
                 "idempotency_key": spec.idempotency_key,
+                "concurrency_key": spec.concurrency_key,
+                "concurrency_limit": spec.concurrency_limit,
                 "retry_policy": _policy_json(spec.retry_policy),
                 "channel": conf.get("NOTIFY_CHANNEL"),
                 "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
         )
         row = cursor.fetchone()
+        _make_key_slots(cursor, spec)
     if row is None:
         return Job.objects.using(db_alias()).get(idempotency_key=spec.idempotency_key)
     return _job(spec, row[0], row[1], row[2], trace_context)
 
 
+def _make_key_slots(cursor: Any, spec: JobSpec) -> None:
+    """The places of the job's concurrency key, in the same transaction as the job."""
+    if spec.concurrency_key is not None:
+        cursor.execute(sql.KEY_SLOTS, {"key": spec.concurrency_key, "limit": spec.concurrency_limit})
+
+
 def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
     """Insert many jobs in one statement; the result follows the input order.
+
+    The specs share their options (``build_many``), the concurrency key among them.
 
     A spec whose idempotency key is already taken (in the table, or earlier in
     the same batch) gives the job that holds the key.
@@ -219,12 +259,15 @@ def _insert_many(specs: list[JobSpec], trace_context: dict[str, str] | None) -> 
                 "run_ats": [s.run_at for s in specs],
                 "delays": [s.delay for s in specs],
                 "idempotency_keys": [s.idempotency_key for s in specs],
+                "concurrency_key": specs[0].concurrency_key,
+                "concurrency_limit": specs[0].concurrency_limit,
                 "retry_policies": [_policy_json(s.retry_policy) for s in specs],
                 "channel": conf.get("NOTIFY_CHANNEL"),
                 "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
         )
         rows = cursor.fetchall()
+        _make_key_slots(cursor, specs[0])
     # Inserted rows come back in id order, which is input order (ids are
     # drawn in the order the rows are inserted); keyed rows are matched by key.
     inserted = iter(rows)

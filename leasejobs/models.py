@@ -58,6 +58,13 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True, help_text="When the latest attempt was claimed.")
     finished_at = models.DateTimeField(null=True, blank=True)
+    concurrency_key = models.CharField(
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="At most concurrency_limit jobs with this key run at once.",
+    )
+    concurrency_limit = models.IntegerField(null=True, blank=True)
     trace_context = models.JSONField(
         null=True,
         blank=True,
@@ -222,3 +229,70 @@ class PeriodicSchedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.cron} {self.timezone})"
+
+
+class Queue(models.Model):
+    """The controls of one queue: paused, and its limits, read by every claim.
+
+    A row exists only for a queue that was paused or given limits. Limits
+    from ``LEASEJOBS["QUEUES"]`` are written here when a worker starts
+    (``limits_from_settings`` true); limits changed in the admin win over
+    the settings from then on. The claim reads this table in the same
+    statement, so a pause or a new limit applies to the very next claim.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most jobs of this queue running at once, across all workers."
+    )
+    rate_count = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most claims in any window of rate_seconds."
+    )
+    rate_seconds = models.FloatField(null=True, blank=True)
+    limits_from_settings = models.BooleanField(
+        default=False, help_text="The limits are LEASEJOBS['QUEUES']'s; false once changed here."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "leasejobs_queue"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Slot(models.Model):
+    """One numbered place under a limit: a queue's concurrency, its rate, or a key's concurrency.
+
+    A limit of N is N rows (``kind``, ``name``, 1..N); a claim takes free
+    rows with ``FOR UPDATE SKIP LOCKED`` in the claim statement itself, so
+    two claims can never take one place. A concurrency or key slot is held
+    by one attempt (``job_id``, ``attempt``) until ``held_until``, which
+    follows that attempt's lease: its finish or a lease given back frees it,
+    and a lease that runs out frees it too. A rate slot is held for the rate
+    window from its claim and freed by nothing but time.
+    """
+
+    class Kind(models.TextChoices):
+        CONCURRENCY = "concurrency"
+        RATE = "rate"
+        KEY = "key"
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=255, help_text="The queue, or the concurrency key.")
+    n = models.PositiveIntegerField()
+    job_id = models.BigIntegerField(null=True, blank=True)
+    attempt = models.IntegerField(null=True, blank=True)
+    held_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "leasejobs_slot"
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "name", "n"], name="leasejobs_slot_place"),
+        ]
+        indexes = [models.Index(fields=["job_id", "attempt"], name="leasejobs_slot_holder")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} #{self.n}"

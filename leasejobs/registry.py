@@ -22,7 +22,12 @@ from django.utils.module_loading import autodiscover_modules
 from leasejobs import conf, enqueue
 from leasejobs.models import Job
 from leasejobs.retry import RetryPolicy
-from leasejobs.validators import validate_priority, validate_queue, validate_task_options
+from leasejobs.validators import (
+    validate_concurrency_limit,
+    validate_priority,
+    validate_queue,
+    validate_task_options,
+)
 
 _registry: dict[str, "Task"] = {}
 _lock = threading.Lock()
@@ -52,6 +57,9 @@ class Task:
     #: A policy given to ``using``: stored on each job this copy enqueues
     #: (the worker only knows the registered task, so the row carries it).
     retry_override: RetryPolicy | None = None
+    #: At most this many jobs with one ``concurrency_key`` run at once.
+    concurrency_limit: int | None = None
+    concurrency_key: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
@@ -65,10 +73,14 @@ class Task:
         delay: float | dt.timedelta | None = None,
         idempotency_key: str | None = None,
         retry: RetryPolicy | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> "Task":
         """A copy of this task that enqueues with these options.
 
         ``retry`` replaces the task's policy for the jobs this copy enqueues.
+        ``concurrency_key``: at most ``concurrency_limit`` (the task's, unless
+        given here) jobs with this key run at once, across all workers.
         """
         changes: dict[str, Any] = {
             "retry_override": _checked_policy(retry, self.name),
@@ -77,6 +89,8 @@ class Task:
             "run_at": run_at,
             "delay": delay,
             "idempotency_key": idempotency_key,
+            "concurrency_key": concurrency_key,
+            "concurrency_limit": concurrency_limit,
         }
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
@@ -89,6 +103,8 @@ class Task:
             "run_at": self.run_at,
             "delay": self.delay,
             "idempotency_key": self.idempotency_key,
+            "concurrency_key": self.concurrency_key,
+            "concurrency_limit": self.concurrency_limit,
             "retry_policy": None if self.retry_override is None else self.retry_override.to_json(),
         }
 
@@ -140,6 +156,7 @@ def task(
     lease_seconds: float | None = None,
     timeout_seconds: float | None = None,
     takes_context: bool = False,
+    concurrency_limit: int | None = None,
     retry: RetryPolicy | None = None,
 ) -> Any:
     """Make a function a task: ``@task`` or ``@task(queue="receipts", ...)``.
@@ -147,6 +164,8 @@ def task(
     The default name is the function's dotted path. With
     ``takes_context=True`` the function's first argument is the job context.
     ``retry`` is the task's ``RetryPolicy`` (see ``leasejobs.retry``).
+    ``concurrency_limit=N``: at most N jobs of one ``using(concurrency_key=...)``
+    run at once, across all workers.
     """
 
     def decorate(f: Callable[..., Any]) -> Task:
@@ -162,6 +181,8 @@ def task(
             },
             where,
         )
+        if concurrency_limit is not None:
+            validate_concurrency_limit(concurrency_limit, f"concurrency_limit {where}")
         return register(
             Task(
                 func=f,
@@ -173,6 +194,7 @@ def task(
                 timeout_seconds=timeout_seconds,
                 takes_context=takes_context,
                 retry=_checked_policy(retry, _qualified(f)),
+                concurrency_limit=concurrency_limit,
             )
         )
 

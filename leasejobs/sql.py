@@ -42,14 +42,16 @@ WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at, trace_context, snoozes, retry_policy
+        errors, worker_ids, created_at, trace_context, snoozes, retry_policy,
+        concurrency_key, concurrency_limit
     )
     VALUES (
         %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
         'queued', 0, %(max_attempts)s,
         COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
         '', false, %(idempotency_key)s, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
-        0, %(retry_policy)s::jsonb
+        0, %(retry_policy)s::jsonb,
+        %(concurrency_key)s, %(concurrency_limit)s
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, run_at, created_at
@@ -69,13 +71,15 @@ WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
         run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at, trace_context, snoozes, retry_policy
+        errors, worker_ids, created_at, trace_context, snoozes, retry_policy,
+        concurrency_key, concurrency_limit
     )
     SELECT r.task_name, r.queue, r.priority, r.args::jsonb, r.kwargs::jsonb,
            'queued', 0, r.max_attempts,
            COALESCE(r.run_at, statement_timestamp() + make_interval(secs => r.delay)),
            '', false, r.idempotency_key, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
-           0, r.retry_policy::jsonb
+           0, r.retry_policy::jsonb,
+           %(concurrency_key)s, %(concurrency_limit)s
     FROM unnest(
         %(task_names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
         %(args)s::text[], %(kwargs)s::text[], %(max_attempts)s::int[],
@@ -98,7 +102,42 @@ FROM inserted AS i
 ORDER BY i.id
 """
 
+#: The places of a concurrency key's limit (1..limit), made when a job with
+#: that key is enqueued (only then: jobs without a key run no such statement).
+#: Existing places are kept; a higher limit adds the missing ones.
+KEY_SLOTS = """
+INSERT INTO leasejobs_slot (kind, name, n)
+SELECT 'key', %(key)s, n FROM generate_series(1, %(limit)s) AS n
+ON CONFLICT (kind, name, n) DO NOTHING
+"""
+
 # -- claim -------------------------------------------------------------------
+
+#: What a claim writes to each row ``p`` it took: a new attempt holding a
+#: fresh lease, or the end of a job that must not run again (``p.ended``).
+#: ``p.counted``: its run counts now. Shared by ``CLAIM`` and ``CLAIM_LIMITED``.
+_CLAIM_SET = """
+        status       = COALESCE(p.ended, 'running'),
+        attempt      = CASE WHEN p.ended IS NULL THEN j.attempt + 1 ELSE j.attempt END,
+        runs         = CASE WHEN p.ended IS NULL AND p.counted THEN j.runs + 1 ELSE j.runs END,
+        lease_until  = CASE WHEN p.ended IS NULL
+                            THEN clock_timestamp() + make_interval(secs => COALESCE(
+                                (%(task_leases)s::jsonb ->> j.task_name)::float8,
+                                %(lease_seconds)s)) END,
+        leased_by    = CASE WHEN p.ended IS NULL THEN %(worker_id)s ELSE j.leased_by END,
+        heartbeat_at = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.heartbeat_at END,
+        started_at   = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.started_at END,
+        finished_at  = CASE WHEN p.ended IS NULL THEN NULL ELSE clock_timestamp() END,
+        worker_ids   = CASE WHEN p.ended IS NULL
+                            THEN j.worker_ids || to_jsonb(%(worker_id)s::text) ELSE j.worker_ids END,
+        last_error   = CASE p.ended
+                            WHEN 'failed' THEN 'lease expired on the last run (' || j.runs || ' of '
+                                 || j.max_attempts || '): worker ' || j.leased_by
+                                 || ' stopped heartbeating'
+                            WHEN 'cancelled' THEN 'cancelled: its worker ' || j.leased_by
+                                 || ' stopped before the job ended'
+                            ELSE j.last_error END
+"""
 
 #: Claim up to ``limit`` jobs for this worker in one statement.
 #:
@@ -142,7 +181,14 @@ ORDER BY i.id
 #: whatever the table's statistics say (see ``leasejobs.store``).
 #: ``waited`` (seconds from ``run_at`` to the claim, database clock) and
 #: ``trace_context`` feed the queue-time metric and the attempt's span.
-CLAIM = """
+#:
+#: Queue controls: this claim leaves alone every job with a concurrency key
+#: and every job of a paused or limited queue (read from ``leasejobs_queue``
+#: once per statement, so a pause applies to the very next claim); those
+#: are ``CLAIM_LIMITED``'s. With no queue row and no key, this is the claim
+#: it always was, plus one look at an empty table.
+CLAIM = (
+    """
 WITH picked AS (
     SELECT id, priority, run_at, status = 'running' AS taken_over,
            CASE WHEN cancel_requested THEN 'cancelled'
@@ -153,6 +199,9 @@ WITH picked AS (
            OR (status = 'running' AND lease_until < statement_timestamp()))
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
       AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+      AND concurrency_key IS NULL
+      AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
+                              WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
@@ -166,27 +215,9 @@ durable AS (
 ),
 claimed AS (
     UPDATE leasejobs_job AS j SET
-        status       = COALESCE(p.ended, 'running'),
-        attempt      = CASE WHEN p.ended IS NULL THEN j.attempt + 1 ELSE j.attempt END,
-        runs         = CASE WHEN p.ended IS NULL AND p.counted THEN j.runs + 1 ELSE j.runs END,
-        lease_until  = CASE WHEN p.ended IS NULL
-                            THEN clock_timestamp() + make_interval(secs => COALESCE(
-                                (%(task_leases)s::jsonb ->> j.task_name)::float8,
-                                %(lease_seconds)s)) END,
-        leased_by    = CASE WHEN p.ended IS NULL THEN %(worker_id)s ELSE j.leased_by END,
-        heartbeat_at = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.heartbeat_at END,
-        started_at   = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.started_at END,
-        finished_at  = CASE WHEN p.ended IS NULL THEN NULL ELSE clock_timestamp() END,
-        worker_ids   = CASE WHEN p.ended IS NULL
-                            THEN j.worker_ids || to_jsonb(%(worker_id)s::text) ELSE j.worker_ids END,
-        last_error   = CASE p.ended
-                            WHEN 'failed' THEN 'lease expired on the last run (' || j.runs || ' of '
-                                 || j.max_attempts || '): worker ' || j.leased_by
-                                 || ' stopped heartbeating'
-                            WHEN 'cancelled' THEN 'cancelled: its worker ' || j.leased_by
-                                 || ' stopped before the job ended'
-                            ELSE j.last_error END
-    FROM ranked AS p, durable
+"""
+    + _CLAIM_SET
+    + """    FROM ranked AS p, durable
     WHERE j.id = p.id AND durable.setting IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
               j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at,
@@ -194,9 +225,172 @@ claimed AS (
 )
 SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
        counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited,
-       trace_context, snoozes, retry_policy
+       trace_context, snoozes, retry_policy, 0 AS slots
 FROM claimed
 ORDER BY priority DESC, run_at, id
+"""
+)
+
+#: Claim up to ``limit`` jobs that a limit governs: jobs of queues with a
+#: concurrency or rate limit (not paused), and jobs with a concurrency key.
+#: Each such job needs one free place of every limit on it (``leasejobs_slot``:
+#: its queue's concurrency, its queue's rate, its key's concurrency).
+#:
+#: The places are taken in this statement: ``free`` locks the free places of
+#: the limits at stake ``FOR UPDATE SKIP LOCKED``. A place another claim is
+#: taking right now is locked and skipped; one taken and committed since this
+#: statement's snapshot is re-read under the lock (PostgreSQL re-checks a
+#: locked row's conditions on its newest version) and is no longer free. So
+#: two claims never take one place, whatever the snapshots saw: this is what
+#: a count of running rows in a CTE cannot give (PgQueuer #761).
+#:
+#: Candidates are ranked within each limit in claim order, free places are
+#: numbered within each limit, and the k-th candidate of a limit gets its
+#: k-th free place; a job runs only if it got a place of every limit on it.
+#: Candidates come only from queues and keys that have a free place as this
+#: snapshot sees it (``open``, the key test), so a queue or a key at its
+#: limit never fills the candidates and starves the others.
+#:
+#: A concurrency or key place is held until the attempt's lease runs out
+#: (``held_until`` = ``lease_until``, renewed by each heartbeat) unless its
+#: finish or release frees it first; a rate place is held for the rate window
+#: from its claim, so any window of that length holds at most N claims. As
+#: in ``CLAIM``, the first ``counted`` rows go to idle runners and count their
+#: run now; the others wait behind the worker's short prefetch buffer.
+CLAIM_LIMITED = (
+    """
+WITH ctl AS (
+    SELECT name, concurrency, rate_count, rate_seconds
+    FROM leasejobs_queue
+    WHERE NOT paused AND (concurrency IS NOT NULL OR rate_count IS NOT NULL)
+      AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+),
+paused AS (
+    SELECT name FROM leasejobs_queue WHERE paused
+),
+open AS (
+    SELECT c.name FROM ctl AS c
+    WHERE (c.concurrency IS NULL OR EXISTS (
+              SELECT 1 FROM leasejobs_slot AS s
+              WHERE s.kind = 'concurrency' AND s.name = c.name AND s.n <= c.concurrency
+                AND (s.held_until IS NULL OR s.held_until < now())))
+      AND (c.rate_count IS NULL OR EXISTS (
+              SELECT 1 FROM leasejobs_slot AS s
+              WHERE s.kind = 'rate' AND s.name = c.name AND s.n <= c.rate_count
+                AND (s.held_until IS NULL OR s.held_until < now())))
+),
+candidate AS (
+    SELECT j.id, j.queue, j.concurrency_key, j.concurrency_limit, j.priority, j.run_at,
+           j.status = 'running' AS taken_over,
+           CASE WHEN j.cancel_requested THEN 'cancelled'
+                WHEN j.status = 'running' AND j.runs >= j.max_attempts THEN 'failed' END AS ended
+    FROM leasejobs_job AS j
+    WHERE j.status IN ('queued', 'running')
+      AND ((j.status = 'queued' AND j.run_at <= statement_timestamp())
+           OR (j.status = 'running' AND j.lease_until < statement_timestamp()))
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+      AND (j.queue IN (SELECT name FROM open)
+           OR (j.concurrency_key IS NOT NULL
+               AND j.queue NOT IN (SELECT name FROM ctl)
+               AND j.queue NOT IN (SELECT name FROM paused)))
+      AND (j.concurrency_key IS NULL OR EXISTS (
+              SELECT 1 FROM leasejobs_slot AS s
+              WHERE s.kind = 'key' AND s.name = j.concurrency_key AND s.n <= j.concurrency_limit
+                AND (s.held_until IS NULL OR s.held_until < now())))
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(scan)s
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+need AS (
+    SELECT c.id, 'concurrency' AS kind, c.queue AS name, q.concurrency AS lim, NULL::float8 AS hold
+    FROM candidate AS c JOIN ctl AS q ON q.name = c.queue
+    WHERE c.ended IS NULL AND q.concurrency IS NOT NULL
+    UNION ALL
+    SELECT c.id, 'rate', c.queue, q.rate_count, q.rate_seconds
+    FROM candidate AS c JOIN ctl AS q ON q.name = c.queue
+    WHERE c.ended IS NULL AND q.rate_count IS NOT NULL
+    UNION ALL
+    SELECT c.id, 'key', c.concurrency_key, c.concurrency_limit, NULL
+    FROM candidate AS c
+    WHERE c.ended IS NULL AND c.concurrency_key IS NOT NULL
+),
+ranked_need AS (
+    SELECT n.*, row_number() OVER (PARTITION BY n.kind, n.name
+                                   ORDER BY c.priority DESC, c.run_at, c.id) AS rank
+    FROM need AS n JOIN candidate AS c ON c.id = n.id
+),
+free AS (
+    SELECT s.kind, s.name, s.n
+    FROM leasejobs_slot AS s
+    WHERE (s.kind, s.name) IN (SELECT kind, name FROM need)
+      AND s.n <= (SELECT max(m.lim) FROM need AS m WHERE m.kind = s.kind AND m.name = s.name)
+      AND (s.held_until IS NULL OR s.held_until < now())
+    FOR UPDATE SKIP LOCKED
+),
+free_ranked AS (
+    SELECT f.*, row_number() OVER (PARTITION BY f.kind, f.name ORDER BY f.n) AS rank
+    FROM free AS f
+),
+matched AS (
+    SELECT r.id, r.kind, r.name, f.n, r.hold
+    FROM ranked_need AS r
+    LEFT JOIN free_ranked AS f
+           ON f.kind = r.kind AND f.name = r.name AND f.rank = r.rank AND f.n <= r.lim
+),
+granted AS (
+    SELECT c.* FROM candidate AS c
+    WHERE c.ended IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM matched AS m WHERE m.id = c.id AND m.n IS NULL)
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(limit)s
+),
+chosen AS (
+    SELECT g.*, row_number() OVER (ORDER BY g.priority DESC, g.run_at, g.id) <= %(counted)s AS counted
+    FROM granted AS g
+),
+durable AS (
+    SELECT set_config('synchronous_commit', 'on', true) AS setting
+),
+claimed AS (
+    UPDATE leasejobs_job AS j SET
+"""
+    + _CLAIM_SET
+    + """    FROM chosen AS p, durable
+    WHERE j.id = p.id AND durable.setting IS NOT NULL
+    RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
+              j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at,
+              j.trace_context, j.snoozes, j.retry_policy, j.lease_until
+),
+taken AS (
+    UPDATE leasejobs_slot AS s SET
+        job_id     = c.id,
+        attempt    = c.attempt,
+        held_until = CASE WHEN m.hold IS NULL THEN c.lease_until
+                          ELSE clock_timestamp() + make_interval(secs => m.hold) END
+    FROM matched AS m JOIN claimed AS c ON c.id = m.id
+    WHERE c.ended IS NULL AND s.kind = m.kind AND s.name = m.name AND s.n = m.n
+    RETURNING s.job_id, s.kind
+)
+SELECT c.id, c.task_name, c.args, c.kwargs, c.attempt, c.runs, c.max_attempts, c.queue, c.ended,
+       c.last_error, c.counted, c.taken_over,
+       extract(epoch FROM statement_timestamp() - c.run_at)::float8 AS waited,
+       c.trace_context, c.snoozes, c.retry_policy,
+       (SELECT count(*) FROM taken AS t WHERE t.job_id = c.id AND t.kind <> 'rate')::int AS slots
+FROM claimed AS c
+ORDER BY c.priority DESC, c.run_at, c.id
+"""
+)
+
+#: What ``CLAIM_LIMITED`` may have to do for a worker of these queues: the
+#: limited queues that are not paused, and whether concurrency keys are in
+#: use (their places are made by the first enqueue with a key). Read about
+#: twice a second, not per claim.
+LIMITS_APPLY = """
+SELECT ARRAY(
+    SELECT name FROM leasejobs_queue
+    WHERE NOT paused AND (concurrency IS NOT NULL OR rate_count IS NOT NULL)
+      AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+), EXISTS (SELECT 1 FROM leasejobs_slot WHERE kind = 'key')
 """
 
 #: Count the run of a claimed job that waited in the prefetch buffer, before
@@ -225,11 +419,18 @@ RETURNING j.runs
 #: try again next tick). Only ``lease_until`` and ``heartbeat_at`` change,
 #: and neither is indexed, so this is a HOT update. ``cancel_requested``
 #: rides back so a running body can see a cancel.
+#:
+#: An attempt that holds places under limits (``slots``, from its claim)
+#: keeps the job only while it still holds every one of them, unexpired: a
+#: holder whose lease ran out (a paused process) has lost its places, maybe
+#: to a newer attempt, and must not go on. Its places' ``held_until``
+#: follows the renewed lease.
 HEARTBEAT = """
 WITH held AS (
-    SELECT h.id, h.attempt, h.lease_seconds
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(lease_seconds)s::float8[])
-         AS h(id, attempt, lease_seconds)
+    SELECT h.id, h.attempt, h.lease_seconds, h.slots
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(lease_seconds)s::float8[],
+                %(slots)s::int[])
+         AS h(id, attempt, lease_seconds, slots)
 ),
 locked AS (
     SELECT l.id, h.attempt
@@ -238,6 +439,10 @@ locked AS (
         SELECT j.id FROM leasejobs_job AS j
         WHERE j.id = h.id AND j.attempt = h.attempt AND j.leased_by = %(worker_id)s
           AND j.status IS NOT DISTINCT FROM 'running'
+          AND (h.slots = 0 OR h.slots <= (
+                  SELECT count(*) FROM leasejobs_slot AS s
+                  WHERE s.job_id = h.id AND s.attempt = h.attempt AND s.kind <> 'rate'
+                    AND s.held_until >= now()))
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS l
 ),
@@ -248,7 +453,12 @@ renewed AS (
     FROM locked AS l
     JOIN held AS h ON h.id = l.id AND h.attempt = l.attempt
     WHERE j.id = l.id
-    RETURNING j.id, j.attempt, j.cancel_requested
+    RETURNING j.id, j.attempt, j.cancel_requested, j.lease_until
+),
+places AS (
+    UPDATE leasejobs_slot AS s SET held_until = r.lease_until
+    FROM renewed AS r
+    WHERE %(slotted)s AND s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
 )
 SELECT h.id, h.attempt,
        r.id IS NOT NULL AS renewed,
@@ -260,6 +470,10 @@ LEFT JOIN LATERAL (
     SELECT j.id, j.cancel_requested FROM leasejobs_job AS j
     WHERE j.id = h.id AND j.attempt = h.attempt AND j.leased_by = %(worker_id)s
       AND j.status IS NOT DISTINCT FROM 'running'
+      AND (h.slots = 0 OR h.slots <= (
+              SELECT count(*) FROM leasejobs_slot AS s
+              WHERE s.job_id = h.id AND s.attempt = h.attempt AND s.kind <> 'rate'
+                AND s.held_until >= now()))
     LIMIT 1
 ) AS still ON r.id IS NULL
 """
@@ -282,6 +496,12 @@ LEFT JOIN LATERAL (
 #: locked row must not hold up every other outcome; the worker tries it
 #: again). Any other attempt is not returned: a stale attempt whose outcome
 #: is dropped.
+#:
+#: A written attempt frees the concurrency and key places it holds (matched
+#: on job AND attempt, so a stale attempt never frees a newer one's place)
+#: and NOTIFYs its queue, so workers waiting on that limit claim at once.
+#: ``slotted`` false (no attempt of the batch holds a place) skips that part
+#: whole (a one-time filter): a batch of plain jobs does no more than before.
 FINISH = """
 WITH outcome AS (
     SELECT *
@@ -320,9 +540,18 @@ written AS (
     FROM locked AS l
     JOIN outcome AS o ON o.id = l.id AND o.attempt = l.attempt
     WHERE j.id = l.id
-    RETURNING j.id, j.attempt
+    RETURNING j.id, j.attempt, j.queue
+),
+freed AS (
+    UPDATE leasejobs_slot AS s SET job_id = NULL, attempt = NULL, held_until = NULL
+    FROM written AS w
+    WHERE %(slotted)s AND s.job_id = w.id AND s.attempt = w.attempt AND s.kind <> 'rate'
+    RETURNING w.queue
+),
+woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM freed) AS q
 )
-SELECT id, attempt, true FROM written
+SELECT id, attempt, true FROM written WHERE (SELECT count(*) FROM woken) >= 0
 UNION ALL
 SELECT o.id, o.attempt, false
 FROM outcome AS o
@@ -340,7 +569,8 @@ WHERE NOT EXISTS (SELECT 1 FROM written AS w WHERE w.id = o.id AND w.attempt = o
 #: ``refunds`` takes back the run counted at the claim of a job whose body
 #: never started, so a deploy costs no job an attempt. A row locked by
 #: another transaction is skipped, so a stuck lock cannot keep the worker
-#: from exiting; that lease runs out on its own.
+#: from exiting; that lease runs out on its own. Places under limits held by
+#: a released attempt are freed, and their queues NOTIFYed.
 RELEASE = """
 WITH mine AS (
     SELECT l.id, h.refund
@@ -351,12 +581,24 @@ WITH mine AS (
           AND j.status IS NOT DISTINCT FROM 'running'
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS l
+),
+released AS (
+    UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL,
+                                  runs = GREATEST(0, j.runs - mine.refund)
+    FROM mine
+    WHERE j.id = mine.id
+    RETURNING j.id, j.attempt, j.queue
+),
+freed AS (
+    UPDATE leasejobs_slot AS s SET job_id = NULL, attempt = NULL, held_until = NULL
+    FROM released AS r
+    WHERE %(slotted)s AND s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
+    RETURNING r.queue
+),
+woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM freed) AS q
 )
-UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL,
-                              runs = GREATEST(0, j.runs - mine.refund)
-FROM mine
-WHERE j.id = mine.id
-RETURNING j.id, j.attempt
+SELECT id, attempt FROM released WHERE (SELECT count(*) FROM woken) >= 0
 """
 
 # -- side effects (Django's connection, inside the job body's transaction) --
@@ -410,6 +652,11 @@ WITH released AS (
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS s(id, attempt)
     WHERE j.id = s.id AND j.attempt = s.attempt AND j.status = 'running'
     RETURNING j.id, j.attempt, j.leased_by, j.queue
+),
+freed AS (
+    UPDATE leasejobs_slot AS s SET job_id = NULL, attempt = NULL, held_until = NULL
+    FROM released AS r
+    WHERE s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
 ),
 notified AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM released) AS q

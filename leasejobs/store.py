@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
-from leasejobs import liveness, sql
+from leasejobs import conf, liveness, sql
 from leasejobs.connection import WorkerConnection
 from leasejobs.errors import ErrorEntry
 
@@ -30,17 +30,27 @@ LOCK_TIMEOUT_MS = 5000
 #: them: 40 ms instead of 2 ms per claim at 50,000 queued jobs, and worse as
 #: the queue grows. The claim connection runs nothing but the claim (and the
 #: rare start mark, a primary-key probe), so it simply takes the other plans
-#: away.
+#: away. The queue controls' tables are tiny and read by sequential scan
+#: all the same (there is no other plan), which the switched-off plans price
+#: at 10^10: JIT compilation would then start on every claim (seconds on a
+#: loaded machine), so JIT is off for the claim.
 #:
-#: Each of these settings holds for one statement's transaction only
-#: (``set_config(..., true)``, see ``WorkerConnection``): through a
-#: transaction pooler a session setting would leak to other clients.
+#: Each of these settings holds for every statement of its connection (see
+#: ``WorkerConnection``: startup options on a direct connection, one
+#: transaction's ``set_config(..., true)`` through a transaction pooler).
 CLAIM_SETTINGS = {
     "enable_seqscan": "off",
     "enable_bitmapscan": "off",
+    "jit": "off",
     "lock_timeout": str(LOCK_TIMEOUT_MS),
 }
 FINISH_SETTINGS = {"lock_timeout": str(LOCK_TIMEOUT_MS)}
+
+#: A limited claim looks at this many candidates per job it wants (at least
+#: ``LIMITED_SCAN_MIN``): some candidates get no place (their key's places
+#: were taken since the snapshot), and the others should still fill the runners.
+LIMITED_SCAN_FACTOR = 4
+LIMITED_SCAN_MIN = 32
 
 
 def heartbeat_settings(timeout_seconds: float) -> dict[str, str]:
@@ -76,6 +86,9 @@ class ClaimedRow(NamedTuple):
     snoozes: int
     #: The retry policy stored by ``.using(retry=...)``, as JSON, or None.
     retry_policy: Any
+    #: Places under concurrency limits (queue, key) this attempt holds; its
+    #: heartbeats keep the job only while it holds them all.
+    slots: int = 0
 
 
 class BeatRow(NamedTuple):
@@ -138,8 +151,13 @@ def claim_params(
     }
 
 
-def finish_params(batch: Sequence[tuple[Attempt, Outcome, int]], worker_id: str) -> dict[str, Any]:
-    """The parameters of ``sql.FINISH`` for (attempt, outcome, run delta) triples."""
+def finish_params(
+    batch: Sequence[tuple[Attempt, Outcome, int]], worker_id: str, *, slotted: bool = False
+) -> dict[str, Any]:
+    """The parameters of ``sql.FINISH`` for (attempt, outcome, run delta) triples.
+
+    ``slotted``: some attempt of the batch may hold places under a limit, to be freed.
+    """
     return {
         "ids": [a.id for a, _, _ in batch],
         "attempts": [a.attempt for a, _, _ in batch],
@@ -151,6 +169,8 @@ def finish_params(batch: Sequence[tuple[Attempt, Outcome, int]], worker_id: str)
         "run_deltas": [delta for _, _, delta in batch],
         "snoozed": [o.snoozed for _, o, _ in batch],
         "worker_id": worker_id,
+        "channel": conf.get("NOTIFY_CHANNEL"),
+        "slotted": slotted,
     }
 
 
@@ -183,8 +203,13 @@ class WorkerStore:
         queues: list[str] | None,
         lease_seconds: float,
         task_leases: dict[str, float],
+        limited: bool = False,
     ) -> list[ClaimedRow]:
-        """Claim up to ``limit`` jobs; the first ``counted`` count their run now."""
+        """Claim up to ``limit`` jobs; the first ``counted`` count their run now.
+
+        ``limited``: jobs under queue or key limits, each with its places
+        (``CLAIM_LIMITED``), instead of the plain jobs (``CLAIM``).
+        """
         params = claim_params(
             limit=limit,
             counted=counted,
@@ -193,7 +218,15 @@ class WorkerStore:
             task_leases=task_leases,
             worker_id=self.worker_id,
         )
-        return [ClaimedRow._make(row) for row in self._claim.execute(sql.CLAIM, params)]
+        if limited:
+            params["scan"] = max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN)
+        rows = self._claim.execute(sql.CLAIM_LIMITED if limited else sql.CLAIM, params)
+        return [ClaimedRow._make(row) for row in rows]
+
+    def limits_apply(self, queues: list[str] | None) -> tuple[list[str], bool]:
+        """``(limited queues, keys in use)``: the queues this worker serves with a limit, not paused."""
+        limited, keys = self._claim.execute(sql.LIMITS_APPLY, {"queues": queues})[0]
+        return list(limited), bool(keys)
 
     def mark_started(self, job: Attempt) -> bool:
         """Count the run of a buffered job before its body starts; False if no longer held."""
@@ -202,26 +235,38 @@ class WorkerStore:
         )
         return bool(rows)
 
-    def heartbeat(self, jobs: Sequence[tuple[Attempt, float]]) -> list[BeatRow]:
-        """Extend the lease of each (attempt, lease seconds)."""
+    def heartbeat(
+        self, jobs: Sequence[tuple[Attempt, float]], slots: Sequence[int] | None = None
+    ) -> list[BeatRow]:
+        """Extend the lease of each (attempt, lease seconds); ``slots``: places each holds."""
         rows = self._beat.execute(
             sql.HEARTBEAT,
             {
                 "ids": [a.id for a, _ in jobs],
                 "attempts": [a.attempt for a, _ in jobs],
                 "lease_seconds": [lease for _, lease in jobs],
+                "slots": list(slots) if slots is not None else [0] * len(jobs),
+                "slotted": slots is not None and any(slots),
                 "worker_id": self.worker_id,
             },
         )
         return [BeatRow._make(row) for row in rows]
 
-    def finish(self, batch: Sequence[tuple[Attempt, Outcome, int]]) -> list[FinishRow]:
-        """Write outcomes; each (attempt, outcome, change to ``runs``: see ``run_delta``)."""
-        rows = self._finish.execute(sql.FINISH, finish_params(batch, self.worker_id))
+    def finish(
+        self, batch: Sequence[tuple[Attempt, Outcome, int]], *, slotted: bool = True
+    ) -> list[FinishRow]:
+        """Write outcomes; each (attempt, outcome, change to ``runs``: see ``run_delta``).
+
+        ``slotted`` false: no attempt of the batch holds a place under a limit.
+        """
+        rows = self._finish.execute(sql.FINISH, finish_params(batch, self.worker_id, slotted=slotted))
         return [FinishRow._make(row) for row in rows]
 
-    def release(self, jobs: Sequence[tuple[Attempt, bool]]) -> set[Attempt]:
-        """Give leases back; each (attempt, refund the run counted at its claim)."""
+    def release(self, jobs: Sequence[tuple[Attempt, bool]], *, slotted: bool = True) -> set[Attempt]:
+        """Give leases back; each (attempt, refund the run counted at its claim).
+
+        ``slotted`` false: no attempt given back holds a place under a limit.
+        """
         rows = self._finish.execute(
             sql.RELEASE,
             {
@@ -229,6 +274,8 @@ class WorkerStore:
                 "attempts": [a.attempt for a, _ in jobs],
                 "refunds": [int(refund) for _, refund in jobs],
                 "worker_id": self.worker_id,
+                "channel": conf.get("NOTIFY_CHANNEL"),
+                "slotted": slotted,
             },
         )
         return {Attempt(job_id, attempt) for job_id, attempt in rows}

@@ -37,7 +37,17 @@ from leasejobs.exceptions import LeaseLost
 from leasejobs.limits import encode_json
 from leasejobs.models import Job
 from leasejobs.retry import policy_for
-from leasejobs.store import Attempt, ClaimedRow, FinishRow, Outcome, claim_params, finish_params, run_delta
+from leasejobs.store import (
+    LIMITED_SCAN_FACTOR,
+    LIMITED_SCAN_MIN,
+    Attempt,
+    ClaimedRow,
+    FinishRow,
+    Outcome,
+    claim_params,
+    finish_params,
+    run_delta,
+)
 from leasejobs.validators import effective_lease
 from leasejobs.worker import outcomes
 from leasejobs.worker.held import HeldJob
@@ -198,7 +208,11 @@ def run_job(job_id: int) -> RanJob:
 
 
 def _claim(queues: list[str] | None, limit: int, job_id: int | None = None) -> list[ClaimedRow]:
-    """The worker's claim statement, on Django's connection (each claimed job runs at once: counted)."""
+    """The worker's claim statements, on Django's connection (each claimed job runs at once: counted).
+
+    The plain claim, then (for ``run_jobs``) the claim of jobs under queue or
+    key limits, which takes their places as a worker's would.
+    """
     params = claim_params(
         limit=limit,
         counted=limit,
@@ -210,14 +224,25 @@ def _claim(queues: list[str] | None, limit: int, job_id: int | None = None) -> l
     )
     with connections[db_alias()].cursor() as cursor:
         cursor.execute(sql.CLAIM, params)
-        return [ClaimedRow._make(row) for row in cursor.fetchall()]
+        rows = [ClaimedRow._make(row) for row in cursor.fetchall()]
+        if job_id is None and len(rows) < limit:
+            limited = {
+                **params,
+                "limit": limit - len(rows),
+                "scan": max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN),
+            }
+            cursor.execute(sql.CLAIM_LIMITED, limited)
+            rows += [ClaimedRow._make(row) for row in cursor.fetchall()]
+        return rows
 
 
 def _finish(job: HeldJob, outcome: Outcome) -> bool:
     """The worker's finish statement for one outcome, on Django's connection; False if stale."""
     delta = run_delta(started=True, counted=job.counted, snoozed=outcome.snoozed)
     with connections[db_alias()].cursor() as cursor:
-        cursor.execute(sql.FINISH, finish_params([(job.key, outcome, delta)], WORKER_ID))
+        cursor.execute(
+            sql.FINISH, finish_params([(job.key, outcome, delta)], WORKER_ID, slotted=bool(job.slots))
+        )
         return any(FinishRow._make(row).written for row in cursor.fetchall())
 
 
@@ -254,6 +279,7 @@ def _held_job(row: ClaimedRow) -> HeldJob:
         counted=row.counted,
         taken_over=row.taken_over,
         lease_seconds=lease,
+        slots=row.slots,
         snoozes=row.snoozes,
         retry_policy=policy_for(task.retry if task else None, _loaded(row.retry_policy)),
         started=True,

@@ -37,6 +37,13 @@ def validate_max_attempts(value: Any, what: str = "max_attempts") -> int:
     return value
 
 
+def validate_concurrency_limit(value: Any, what: str = "concurrency_limit") -> int:
+    """Most jobs of one concurrency key running at once: a whole number of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be a whole number of at least 1.")
+    return value
+
+
 def _positive_seconds(value: Any, what: str) -> float:
     # nan fails every comparison and inf never runs out: neither is a duration.
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:

@@ -24,6 +24,8 @@ GRANTS = [
     "GRANT CONNECT ON DATABASE {db} TO {role}",
     "GRANT SELECT, UPDATE ON leasejobs_job TO {role}",
     "GRANT SELECT, INSERT ON leasejobs_sideeffect TO {role}",
+    "GRANT SELECT ON leasejobs_queue TO {role}",
+    "GRANT SELECT, UPDATE ON leasejobs_slot TO {role}",
     "GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE leasejobs_worker TO {role}",
 ]
 

@@ -16,7 +16,7 @@ from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import F, Func, Q, QuerySet, TextField, Value
-from django.db.models.functions import Left
+from django.db.models.functions import Left, Now
 from django.http import HttpRequest
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
@@ -27,7 +27,7 @@ from leasejobs.admin import actions, lease, retry_matching
 from leasejobs.admin.filters import LeaseStateFilter, QueueFilter
 from leasejobs.admin.paginator import EstimatedCountPaginator
 from leasejobs.errors import read_entries
-from leasejobs.models import Job, SideEffect
+from leasejobs.models import Job, SideEffect, Slot
 
 #: Columns the changelist never shows; left unread so a page of 100 jobs
 #: does not carry their arguments, results and tracebacks.
@@ -132,7 +132,20 @@ class JobAdmin(BigTableAdmin):
     actions = [actions.retry_now, actions.cancel, actions.release_lease]
     inlines = [SideEffectInline]
     fieldsets = [
-        (None, {"fields": ["id", "task_name", "queue", "priority", "status_display", "idempotency_key"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    "task_name",
+                    "queue",
+                    "priority",
+                    "status_display",
+                    "idempotency_key",
+                    "concurrency_display",
+                ]
+            },
+        ),
         (
             "Lease",
             {
@@ -226,6 +239,14 @@ class JobAdmin(BigTableAdmin):
             obj.status,
             obj.get_status_display(),
         )
+
+    @admin.display(description="concurrency key")
+    def concurrency_display(self, obj: Job) -> str:
+        """The key a job waits on, its limit, and how many of its places are held now."""
+        if obj.concurrency_key is None:
+            return "—"
+        held = Slot.objects.filter(kind="key", name=obj.concurrency_key, held_until__gte=Now()).count()
+        return f"{obj.concurrency_key}: {held} of {obj.concurrency_limit} running"
 
     @admin.display(description="attempt (token)")
     def attempt_display(self, obj: Job) -> str:

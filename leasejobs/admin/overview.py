@@ -15,6 +15,9 @@ cheap on a big table:
   ``leased_by`` of jobs whose lease a heartbeat keeps current;
 - charts over the last hour or day (``?window=hour|day``), see
   ``leasejobs.admin.charts``.
+- queue controls: each controlled queue, paused or not, its limits, the
+  places in use under its concurrency limit and its claims in the current
+  rate window (``leasejobs.controls.states``).
 """
 
 import datetime as dt
@@ -31,7 +34,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
-from leasejobs import liveness
+from leasejobs import controls, liveness
 from leasejobs.admin import charts, lease, svgchart
 from leasejobs.models import Job, JobOverview
 
@@ -154,6 +157,7 @@ def snapshot() -> dict[str, Any]:
         "workers": [{**w, "beat_age": lease.human(w["beat_age"])} for w in workers],
         "live_workers": live_workers,
         "expired": [(job, lease.cell(job)) for job in expired],
+        "controls": controls.states(),
     }
 
 

@@ -4,6 +4,12 @@ One CLAIM statement takes jobs for all free room at once: the idle runners
 plus a prefetch buffer sized so a buffered job starts within a tenth of a
 second (``rules.prefetch_size``). It claims again when a NOTIFY arrives, the
 buffer runs low, or the poll interval passes.
+
+Queue controls: while a queue this worker serves has a limit (or jobs with
+a concurrency key were enqueued), the runners not busy are first offered to
+``CLAIM_LIMITED`` (jobs under limits, each with its places), when the
+``LimitGate`` says it may find work; then the plain claim fills the rest.
+A job under limits waits at most behind the short prefetch buffer.
 """
 
 import threading
@@ -18,6 +24,7 @@ from leasejobs.validators import effective_lease
 from leasejobs.worker import outcomes, rules
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.limits import LimitGate
 from leasejobs.worker.options import WorkerOptions
 
 
@@ -52,6 +59,12 @@ class Claimer:
             name: float(t.lease_seconds) for name, t in registry.all_tasks().items() if t.lease_seconds
         }
         self.wake = threading.Event()
+        self.limits = LimitGate(store, options.queues, poll_interval)
+
+    def notified(self, queue: str | None) -> None:
+        """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected)."""
+        self.limits.notified(queue)
+        self.wake.set()
 
     def run(self, stopping: threading.Event) -> None:
         """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
@@ -62,6 +75,13 @@ class Claimer:
                 self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
                 return
             self.wake.clear()
+            try:
+                if self.limits.refresh() and self.limits.due():
+                    self.claim_limited()
+            except CONNECTION_ERRORS as exc:
+                self.events.claim_failed(exc)
+                self.wake.wait(poll)
+                continue
             running, buffered = self.held.sizes()
             prefetch = rules.prefetch_size(
                 prefetch=self.prefetch,
@@ -80,6 +100,9 @@ class Claimer:
             if room >= worth:
                 try:
                     got = self.claim(room, counted)
+                    # --burst: nothing held, so no place of ours is held either; a last look.
+                    if got == 0 and o.burst and self.held.empty() and self.limits.active:
+                        got = self.claim_limited()
                 except CONNECTION_ERRORS as exc:
                     self.events.claim_failed(exc)
                     self.wake.wait(poll)
@@ -91,6 +114,32 @@ class Claimer:
                     continue  # more may be ready; claim again as soon as there is room
             self.wake.wait(poll)
 
+    def claim_limited(self) -> int:
+        """Offer the runners not busy to jobs under limits; returns the rows claimed."""
+        o = self.options
+        running, buffered = self.held.sizes()
+        room, counted = rules.limited_claim_size(
+            concurrency=o.concurrency,
+            running=running,
+            buffered=buffered,
+            claimed=self.held.claimed,
+            max_jobs=o.max_jobs,
+        )
+        if room <= 0:
+            return 0
+        began = time.perf_counter()
+        rows = self.store.claim(
+            limit=room,
+            counted=counted,
+            queues=o.queues,
+            lease_seconds=self.lease_seconds,
+            task_leases=self.task_leases,
+            limited=True,
+        )
+        seconds = time.perf_counter() - began
+        self.limits.claimed(len(rows), room)
+        return self._hold(rows, seconds)
+
     def claim(self, limit: int, counted: int) -> int:
         """Claim up to ``limit`` jobs and hand them to the runners; returns the rows claimed."""
         began = time.perf_counter()
@@ -101,7 +150,13 @@ class Claimer:
             lease_seconds=self.lease_seconds,
             task_leases=self.task_leases,
         )
-        seconds = time.perf_counter() - began
+        return self._hold(rows, time.perf_counter() - began)
+
+    def _hold(self, rows: list[ClaimedRow], seconds: float) -> int:
+        """Hand claimed rows to the runners (or settle refusals); returns the rows.
+
+        ``seconds``: how long the claim statement took (for the metrics).
+        """
         claimed_at = time.monotonic()
         jobs: list[HeldJob] = []
         refused: list[tuple[HeldJob, str]] = []
@@ -143,6 +198,7 @@ class Claimer:
             counted=row.counted,
             taken_over=row.taken_over,
             lease_seconds=lease,
+            slots=row.slots,
             waited=row.waited,
             claimed_at=claimed_at,
             trace_context=row.trace_context,

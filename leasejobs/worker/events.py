@@ -197,6 +197,14 @@ class Events:
 
     # -- listening and giving back ---------------------------------------------
 
+    def queue_settings_not_written(self, exc: BaseException) -> None:
+        logger.warning(
+            "LEASEJOBS['QUEUES'] differs from the queue table, but this worker's role may not write it "
+            "(run `manage.py leasejobs_queue sync` as the table's owner) worker=%s: %s",
+            self.worker_id,
+            describe(exc),
+        )
+
     def listener_lost(self, exc: BaseException) -> None:
         logger.warning("listener lost worker=%s: %s; polling until it is back", self.worker_id, describe(exc))
 

@@ -81,7 +81,10 @@ class Finisher:
 
     def _write_batch(self, batch: list[HeldJob]) -> list[HeldJob]:
         began = time.perf_counter()
-        rows = self.store.finish([(job.key, _outcome(job), _run_delta(job)) for job in batch])
+        rows = self.store.finish(
+            [(job.key, _outcome(job), _run_delta(job)) for job in batch],
+            slotted=any(job.slots for job in batch),
+        )
         self.events.finish_statement(time.perf_counter() - began)
         written = {(r.id, r.attempt) for r in rows if r.written}
         locked = {(r.id, r.attempt) for r in rows if not r.written}

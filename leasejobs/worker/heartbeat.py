@@ -101,7 +101,7 @@ class Heartbeater:
     def _beat(self, jobs: list[HeldJob], *, lag: float) -> None:
         began = time.perf_counter()
         try:
-            rows = self.store.heartbeat([(j.key, j.lease_seconds) for j in jobs])
+            rows = self.store.heartbeat([(j.key, j.lease_seconds) for j in jobs], [j.slots for j in jobs])
         except CONNECTION_ERRORS as exc:  # includes statement and lock timeouts
             self.events.heartbeat_failed(len(jobs), exc)
             return
@@ -114,6 +114,7 @@ class Heartbeater:
                 self.events.cancel_requested(job)
             if not row.held:
                 if self.held.drop(job, lost=True):
-                    self.events.lease_lost(job, "heartbeat found the job taken over or no longer running")
+                    why = "taken over, no longer running, or its place under a limit lost"
+                    self.events.lease_lost(job, f"heartbeat found the job {why}")
             elif not row.renewed:
                 self.events.heartbeat_skipped(job)

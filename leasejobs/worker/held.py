@@ -73,6 +73,8 @@ class HeldJob:
     #: Times the job snoozed before this claim, and the retry policy it runs under.
     snoozes: int = 0
     retry_policy: "RetryPolicy | None" = None
+    #: Places under concurrency limits held with the claim (see ``CLAIM_LIMITED``).
+    slots: int = 0
     phase: Phase = Phase.BUFFERED
     started: bool = False
     #: Monotonic time past which the body has timed out (None: no timeout).

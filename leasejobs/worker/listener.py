@@ -1,5 +1,8 @@
 """The listener: wakes the claim loop on NOTIFY from a dedicated connection.
 
+The wake-up names the queue the NOTIFY carried, so the claim loop can tell a
+limited queue's news (a job enqueued, a place freed) from any other's.
+
 That connection must reach PostgreSQL directly, never through a transaction
 pooler (see ``leasejobs.pooling``): it is the queue's database when that is
 direct, else ``LEASEJOBS["LISTEN_URL"]`` or ``["LISTEN_DATABASE"]``.
@@ -20,7 +23,7 @@ def listen(
     channel: str,
     worker_id: str,
     queues: list[str] | None,
-    wake: Callable[[], None],
+    wake: Callable[[str | None], None],
     done: threading.Event,
     events: Events,
 ) -> None:
@@ -31,11 +34,11 @@ def listen(
         try:
             conn = listener.connect()
             conn.execute(statement)
-            wake()  # anything enqueued while we were not listening
+            wake(None)  # anything enqueued while we were not listening
             while not done.is_set():
                 for notify in conn.notifies(timeout=1.0):
                     if queues is None or notify.payload in queues:
-                        wake()
+                        wake(notify.payload)
         except CONNECTION_ERRORS as exc:
             listener.close()
             if not done.is_set():

@@ -58,6 +58,22 @@ def claim_size(
     return room, max(1, worth), counted
 
 
+def limited_claim_size(
+    *, concurrency: int, running: int, buffered: int, claimed: int, max_jobs: int | None
+) -> tuple[int, int]:
+    """``(room, counted)`` for a claim of jobs under limits.
+
+    Room for every runner not running a body, whatever the buffer holds: the
+    buffer is short (``prefetch_size``), and counting it out would let a
+    stream of plain jobs keep limited ones from ever being claimed on a busy
+    worker. ``counted``: the rows that find a runner idle and start at once.
+    """
+    room = concurrency - running
+    if max_jobs is not None:
+        room = min(room, max_jobs - claimed)
+    return max(0, room), max(0, min(room, concurrency - running - buffered))
+
+
 def heartbeat_interval(option: float | None, shortest_lease: float) -> float:
     """Seconds between heartbeats while the shortest lease held is ``shortest_lease``.
 

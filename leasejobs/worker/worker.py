@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable
 
 import psycopg
+from django.db import DatabaseError
 
-from leasejobs import conf, pooling, registry
+from leasejobs import conf, controls, pooling, registry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.periodic.scheduler import Scheduler
 from leasejobs.store import Outcome, WorkerStore
@@ -36,6 +37,9 @@ from leasejobs.worker.listener import listen
 from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.runners import Runners
 from leasejobs.worker.shutdown import Shutdown
+
+#: SQLSTATE of "permission denied".
+INSUFFICIENT_PRIVILEGE = "42501"
 
 #: The exit status of a worker one of whose threads died (EX_SOFTWARE).
 THREAD_DIED_EXIT = 70
@@ -137,6 +141,7 @@ class Worker:
             f"{self.plan.description}"
         )
         self._warn_clamped_heartbeats()
+        self._sync_queue_settings()
         if (listen_params := self.plan.listen) is not None:
             self._start(
                 lambda: listen(
@@ -144,7 +149,7 @@ class Worker:
                     self.channel,
                     self.worker_id,
                     o.queues,
-                    self.claimer.wake.set,
+                    self.claimer.notified,
                     self._done,
                     self.events,
                 ),
@@ -175,6 +180,15 @@ class Worker:
             self.store.close()
             self.shutdown.stopped()
             self.events.stopped(self.held.counts)
+
+    def _sync_queue_settings(self) -> None:
+        """Write LEASEJOBS["QUEUES"] to the queue table; a role not allowed to is told, not stopped."""
+        try:
+            controls.sync_settings()
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+                raise
+            self.events.queue_settings_not_written(exc)
 
     def _start(self, target: Callable[[], None], name: str) -> threading.Thread:
         # Daemon threads: a body still running past the grace period must not
@@ -250,7 +264,9 @@ class Worker:
         for job in jobs:
             job.ctx.mark_lease_lost()
         try:
-            released = self.store.release([(j.key, j.counted and not j.started) for j in jobs])
+            released = self.store.release(
+                [(j.key, j.counted and not j.started) for j in jobs], slotted=any(j.slots for j in jobs)
+            )
         except CONNECTION_ERRORS as exc:
             self.events.release_failed(len(jobs), exc)
             return

@@ -11,6 +11,7 @@ a scenario can check that a job's finish came from the attempt that held it.
 import time
 
 from leasejobs import task
+from tests.journal import note
 from tests.testapp.models import BodyRun, Sent
 
 #: The name of a registered task made of the characters that break string-built SQL.
@@ -32,6 +33,15 @@ def effect(ctx, seconds, first_attempt_seconds=None):
             Sent.objects.create(job_id=ctx.job_id, key=recorded.key, attempt=ctx.attempt)
     time.sleep(pause / 2)
     return {"attempt": ctx.attempt, "worker": ctx.worker_id}
+
+
+@task(takes_context=True)
+def journaled_effect(ctx, path, seconds):
+    """``effect``, with its body's start and end noted in a journal (``tests.journal``)."""
+    note(path, "S", ctx)
+    result = effect.func(ctx, seconds)
+    note(path, "E", ctx)
+    return result
 
 
 @task(name=HOSTILE_NAME, takes_context=True)

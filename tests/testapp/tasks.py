@@ -9,6 +9,7 @@ import signal
 import time
 
 from leasejobs import Discard, LeaseLost, RetryPolicy, Snooze, current_job, task
+from tests.journal import note
 from tests.testapp.models import BodyRun, Sent
 
 
@@ -104,6 +105,20 @@ def until_cancelled(ctx, seconds):
     while time.monotonic() < deadline and not ctx.cancel_requested:
         time.sleep(0.05)
     return "stopped" if ctx.cancel_requested else "finished"
+
+
+@task(takes_context=True)
+def journal(ctx, path, seconds):
+    """Note this body's start and end in a journal file (``tests.journal``), sleeping between."""
+    note(path, "S", ctx)
+    time.sleep(seconds)
+    note(path, "E", ctx)
+
+
+@task(takes_context=True, concurrency_limit=1)
+def export(ctx, path, seconds):
+    """One export per account at a time: ``export.using(concurrency_key=f"account:{id}")``."""
+    journal.func(ctx, path, seconds)
 
 
 @task(max_attempts=1)

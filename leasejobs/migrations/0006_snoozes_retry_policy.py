@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("leasejobs", "0006_observability"),
+        ("leasejobs", "0005_observability"),
     ]
 
     operations = [

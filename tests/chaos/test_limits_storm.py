@@ -1,0 +1,89 @@
+"""Limits storm: a queue limited to 3 running jobs, while workers are SIGKILLed
+and SIGSTOPped past their lease.
+
+The limit is held by numbered places taken inside the claim and tied to the
+attempt's lease (docs/queue-controls.md). A killed or stopped worker's places
+free up when its lease runs out, so the queue keeps moving; and at no instant
+do more than 3 attempts that hold their lease run bodies. That count comes
+from the jobs' own journal: a body runs from its start line until its end
+line, or until its worker was killed or stopped (from then on its attempt
+holds no lease: a stopped worker is stopped past its lease, and whatever its
+body does after it resumes is fenced off). Every job still ends done once,
+with one side effect (``check``).
+"""
+
+import random
+import signal
+import time
+from pathlib import Path
+
+from django.db.models.functions import Now
+
+from leasejobs import controls
+from leasejobs.models import Slot
+from tests.chaos.helpers import Fleet, check, unfinished, wait_finished
+from tests.chaos.tasks import journaled_effect
+from tests.helpers import WorkerProcess
+from tests.journal import most_at_once, read
+
+JOBS = 300
+WORKERS = 4
+LIMIT = 3
+LEASE = 1.0
+
+
+def test_limits_storm(start_worker, record_figures, tmp_path: Path):
+    path = tmp_path / "journal"
+    controls.set_limits("limited", concurrency=LIMIT)
+    jobs = journaled_effect.using(queue="limited").bulk_enqueue([((str(path), 0.2), {}) for _ in range(JOBS)])
+    job_ids = [j.id for j in jobs]
+    fleet = Fleet(start_worker, "limits", ["--lease", str(LEASE), "--concurrency", "8", "--queue", "limited"])
+    for _ in range(WORKERS):
+        fleet.start()
+    fleet.wait_started()
+    cut: dict[str, list[float]] = {}  # worker id -> times it was killed or stopped
+    stopped: dict[WorkerProcess, float] = {}  # worker -> when to resume it
+    kills = stops = 0
+    deadline = time.monotonic() + 120
+    next_blow = time.monotonic() + 1.0
+    while unfinished(job_ids) and time.monotonic() < deadline:
+        now = time.monotonic()
+        for w, resume_at in list(stopped.items()):
+            if now >= resume_at:
+                w.signal(signal.SIGCONT)
+                del stopped[w]
+        live = [w for w in fleet.live() if w not in stopped]
+        if now >= next_blow and len(live) > 1:
+            victim = random.choice(live)
+            cut.setdefault(fleet.worker_id(victim), []).append(time.time())
+            if random.random() < 0.5:
+                victim.signal(signal.SIGKILL)
+                victim.wait()
+                kills += 1
+                fleet.start()
+            else:
+                victim.signal(signal.SIGSTOP)
+                stopped[victim] = now + LEASE * 2.5
+                stops += 1
+            next_blow = now + random.uniform(1.0, 2.0)
+        time.sleep(0.05)
+    for w in stopped:
+        w.signal(signal.SIGCONT)
+    wait_finished(job_ids, timeout=60)
+    fleet.stop_all()
+
+    starts, ends, workers = read(path)
+    intervals = []
+    for key, start in starts.items():
+        end = ends.get(key, float("inf"))
+        cuts = [t for t in cut.get(workers[key], []) if t >= start]
+        intervals.append((start, min([end, *cuts])))
+    most = most_at_once(intervals)
+    figures = check(job_ids, fleet, kills=kills, stops=stops)
+    figures["most bodies at once"] = most
+    figures["places left held"] = Slot.objects.filter(kind="concurrency", held_until__gte=Now()).count()
+    if most > LIMIT:
+        figures["problems"].append(f"{most} bodies holding a lease ran at once, over the limit of {LIMIT}")
+    if figures["places left held"]:
+        figures["problems"].append(f"{figures['places left held']} place(s) still held after every job ended")
+    record_figures("limits storm", figures)

@@ -1,0 +1,57 @@
+"""The jobs' own journal: each body appends a start and an end line to a file.
+
+Queue-control tests read concurrency from it, never from the queue's tables:
+the question is how many bodies ran at once, not what the queue believes.
+Lines are ``S|E <job> <attempt> <wall time> <worker>``; every writer is on this
+machine, so wall times of different processes compare.
+"""
+
+import time
+from pathlib import Path
+from typing import Any
+
+Key = tuple[int, int]  # (job id, attempt)
+
+
+def note(path: str, kind: str, ctx: Any) -> None:
+    """Append one line (``kind`` S or E) for this attempt; one small append is atomic."""
+    with open(path, "a") as f:
+        f.write(f"{kind} {ctx.job_id} {ctx.attempt} {time.time():.6f} {ctx.worker_id}\n")
+
+
+def read(path: Path) -> tuple[dict[Key, float], dict[Key, float], dict[Key, str]]:
+    """``(starts, ends, workers)``, each keyed by (job id, attempt)."""
+    starts: dict[Key, float] = {}
+    ends: dict[Key, float] = {}
+    workers: dict[Key, str] = {}
+    if not path.exists():
+        return starts, ends, workers
+    for line in path.read_text().splitlines():
+        kind, job_id, attempt, at, worker = line.split()
+        key = (int(job_id), int(attempt))
+        (starts if kind == "S" else ends)[key] = float(at)
+        workers[key] = worker
+    return starts, ends, workers
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals open at one instant (an end before a start at the same instant)."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def max_concurrency(path: Path, *, open_until: float | None = None, since: float = 0.0) -> int:
+    """The most bodies running at one instant; a body with no end runs until ``open_until``."""
+    starts, ends, _ = read(path)
+    last = open_until if open_until is not None else float("inf")
+    return most_at_once(
+        [
+            (max(start, since), ends.get(key, last))
+            for key, start in starts.items()
+            if ends.get(key, last) >= since
+        ]
+    )

@@ -1,0 +1,87 @@
+"""Queue-control rules on their own: rate and limit parsing, the limited claim's
+size, and when the worker runs the limited claim (no database, no process)."""
+
+import pytest
+
+from leasejobs import controls
+from leasejobs.worker import rules
+from leasejobs.worker.limits import LimitGate
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("100/m", (100, 60.0)),
+        ("20/10s", (20, 10.0)),
+        ("5/s", (5, 1.0)),
+        ("1000/h", (1000, 3600.0)),
+        ("7/2d", (7, 172800.0)),
+        (" 3 / 1.5m ", (3, 90.0)),
+    ],
+)
+def test_rates_read_as_claims_per_window_of_seconds(text, expected):
+    assert controls.parse_rate(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "0/m", "100/", "100/0s", "-1/m", "100/w", 100, None])
+def test_a_bad_rate_is_one_sentence(text):
+    with pytest.raises(ValueError, match=r"^rate .* is not of the form N/unit .*\.$"):
+        controls.parse_rate(text)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
+def test_a_concurrency_is_a_whole_number_of_at_least_one(value):
+    with pytest.raises(ValueError, match="must be a whole number of at least 1"):
+        controls.parse_queue("pdf", {"concurrency": value})
+
+
+def test_limits_show_their_rate_in_the_unit_they_were_written_in():
+    assert controls.parse_queue("email", {"rate": "100/m"}).rate == "100/m"
+    assert controls.parse_queue("email", {"rate": "20/10s"}).rate == "20/10s"
+    assert controls.parse_queue("pdf", {"concurrency": 2}) == controls.Limits(concurrency=2)
+
+
+def test_the_limited_claim_offers_every_runner_not_running_and_counts_the_idle_ones():
+    # 4 runners, 1 running, 2 jobs buffered: room for 3, of which 1 starts at once.
+    assert rules.limited_claim_size(concurrency=4, running=1, buffered=2, claimed=0, max_jobs=None) == (3, 1)
+    assert rules.limited_claim_size(concurrency=4, running=4, buffered=0, claimed=0, max_jobs=None) == (0, 0)
+    assert rules.limited_claim_size(concurrency=4, running=0, buffered=0, claimed=9, max_jobs=10) == (1, 1)
+
+
+class FakeStore:
+    def __init__(self, limited, keys=False):
+        self.answer = (limited, keys)
+        self.asked = 0
+
+    def limits_apply(self, queues):
+        self.asked += 1
+        return self.answer
+
+
+def test_the_gate_runs_the_limited_claim_on_news_of_a_limited_queue_or_a_full_claim():
+    gate = LimitGate(FakeStore(["pdf"]), None, poll_interval=60)
+    assert gate.refresh() and gate.due()  # first look
+    gate.claimed(0, 4)
+    assert not gate.due()
+    gate.notified("email")  # news of a queue without limits
+    assert not gate.due()
+    gate.notified("pdf")  # a pdf job enqueued, or a pdf place freed
+    assert gate.due()
+    gate.claimed(4, 4)  # filled the room: more may wait
+    assert gate.due()
+
+
+def test_with_concurrency_keys_any_news_may_free_a_place():
+    gate = LimitGate(FakeStore([], keys=True), None, poll_interval=60)
+    assert gate.refresh()
+    gate.claimed(0, 4)
+    gate.notified("default")
+    assert gate.due()
+
+
+def test_without_limits_the_gate_stays_shut_and_reads_the_database_at_most_twice_a_second():
+    store = FakeStore([])
+    gate = LimitGate(store, None, poll_interval=1)
+    assert not gate.refresh()
+    assert not gate.refresh()
+    assert store.asked == 1
