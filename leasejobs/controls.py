@@ -19,8 +19,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from leasejobs import conf
-
-DB_ALIAS = "default"
+from leasejobs.conf import db_alias
 
 #: "100/m", "20/10s", "5/s", "1000/h", "10000/d": claims per window.
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*(s|m|h|d)\s*$")
@@ -166,7 +165,7 @@ SELECT EXISTS (
 def settings_differ(queues: dict[str, Limits]) -> bool:
     """Whether the table must change to match the settings (read only: workers with
     the least privileges only need SELECT on the queue table while nothing changes)."""
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             "SELECT name, concurrency, rate_count, rate_seconds, limits_from_settings FROM leasejobs_queue"
         )
@@ -188,7 +187,7 @@ def sync_settings() -> None:
     queues = configured()
     if not settings_differ(queues):
         return
-    with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+    with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
         for name, limits in sorted(queues.items()):
             cursor.execute(_SYNC_ROW, {"name": name, **_columns(limits)})
         cursor.execute(_DROP_UNSET, {"names": sorted(queues)})
@@ -209,7 +208,7 @@ def resume_queue(name: str) -> None:
 
 def _set_paused(name: str, paused: bool) -> None:
     parse_queue(name, {})
-    with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+    with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
         cursor.execute(_SET_PAUSED, {"name": name, "paused": paused})
         _notify(cursor, name)
 
@@ -218,7 +217,7 @@ def set_limits(name: str, *, concurrency: int | None = None, rate: str | None = 
     """Change a queue's limits at run time (None: no limit); they win over the settings from now on."""
     options = {k: v for k, v in (("concurrency", concurrency), ("rate", rate)) if v is not None}
     limits = parse_queue(name, options)
-    with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+    with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
         cursor.execute(_SET_LIMITS, {"name": name, **_columns(limits)})
         cursor.execute(_QUEUE_SLOTS, {"name": name})
         _notify(cursor, name)
@@ -227,7 +226,7 @@ def set_limits(name: str, *, concurrency: int | None = None, rate: str | None = 
 
 def make_slots(name: str) -> None:
     """Bring a queue's places in line with its row (after an edit in the admin)."""
-    with transaction.atomic(using=DB_ALIAS), connections[DB_ALIAS].cursor() as cursor:
+    with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
         cursor.execute(_QUEUE_SLOTS, {"name": name})
         _notify(cursor, name)
 
@@ -270,7 +269,7 @@ ORDER BY q.name
 
 def states() -> list[QueueState]:
     """Every controlled queue, with its places in use and its rate used right now."""
-    with connections[DB_ALIAS].cursor() as cursor:
+    with connections[db_alias()].cursor() as cursor:
         cursor.execute(_STATES)
         rows = cursor.fetchall()
     return [

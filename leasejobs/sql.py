@@ -456,9 +456,14 @@ renewed AS (
     RETURNING j.id, j.attempt, j.cancel_requested, j.lease_until
 ),
 places AS (
-    UPDATE leasejobs_slot AS s SET held_until = r.lease_until
-    FROM renewed AS r
-    WHERE %(slotted)s AND s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
+    -- Every place of a held attempt, also when its job row is locked right
+    -- now (a side-effect block of the body): the row's lease is renewed when
+    -- the block commits, but a place left to run out meanwhile would let
+    -- another claim take it while this body still runs. A place names its
+    -- job and attempt, so a stale attempt renews only its own old place.
+    UPDATE leasejobs_slot AS s SET held_until = clock_timestamp() + make_interval(secs => h.lease_seconds)
+    FROM held AS h
+    WHERE %(slotted)s AND s.job_id = h.id AND s.attempt = h.attempt AND s.kind <> 'rate'
 )
 SELECT h.id, h.attempt,
        r.id IS NOT NULL AS renewed,
@@ -616,12 +621,20 @@ FROM leasejobs_job WHERE id = %(job_id)s FOR SHARE
 #: Heartbeats skip the row while the block holds it, so a block longer than
 #: the lease would otherwise commit with the lease already run out, and the
 #: next claim would take the job over before its finish is written.
-#: ``clock_timestamp()``: the transaction began when the block did.
+#: ``clock_timestamp()``: the transaction began when the block did. The
+#: attempt's places under queue or key limits are renewed with it: a place
+#: that ran out while its job's lease lives would let one job too many run.
 RENEW_LEASE = """
-UPDATE leasejobs_job SET
-    lease_until  = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
-    heartbeat_at = clock_timestamp()
-WHERE id = %(job_id)s AND attempt = %(attempt)s AND leased_by = %(worker_id)s AND status = 'running'
+WITH renewed AS (
+    UPDATE leasejobs_job SET
+        lease_until  = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
+        heartbeat_at = clock_timestamp()
+    WHERE id = %(job_id)s AND attempt = %(attempt)s AND leased_by = %(worker_id)s AND status = 'running'
+    RETURNING id, attempt, lease_until
+)
+UPDATE leasejobs_slot AS s SET held_until = r.lease_until
+FROM renewed AS r
+WHERE s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
 """
 
 #: Record a side effect unless its key exists. The unique key is the at-most-

@@ -55,7 +55,7 @@ def test_eight_workers_of_sixteen_threads_never_run_four_jobs_of_a_queue_limited
     path = tmp_path / "journal"
     controls.set_limits("pdf", concurrency=3)
     enqueue_journal(path, 2000, 0.002, "pdf")
-    workers = [start_worker("--concurrency", "16", "--queue", "pdf") for _ in range(8)]
+    workers = [start_worker("--concurrency", "16", "--queue", "pdf", "-v", "2") for _ in range(8)]
     deadline = time.monotonic() + 60  # all 2000, or what a minute allows on a loaded machine
     wait_until(lambda: done("pdf") == 2000 or time.monotonic() > deadline, timeout=120, interval=0.5)
     for worker in workers:

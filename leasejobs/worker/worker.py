@@ -46,7 +46,7 @@ THREAD_DIED_EXIT = 70
 
 #: How long the finisher may go on writing after the grace period, for rows
 #: that stay locked or a database that is away; their leases then run out.
-FINISH_AFTER_GRACE_SECONDS = 5.0
+FINISH_AFTER_GRACE_SECONDS = 1.0
 
 
 class Worker:
