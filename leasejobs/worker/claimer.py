@@ -168,14 +168,17 @@ class Claimer:
                 )
                 continue
             job = self._held_job(row, claimed_at)
-            self.events.claimed(job)
             why = _refusal(job)
             if why is None:
                 jobs.append(job)
             else:
                 refused.append((job, why))
-        self.events.claim_statement(jobs, seconds)
+        # Runners first: a run counted at the claim should start at once (a
+        # worker killed before it does leaves that run counted, unstarted).
         self.held.add(jobs, [job for job, _ in refused])
+        for job in jobs:
+            self.events.claimed(job)
+        self.events.claim_statement(jobs, seconds)
         for job, why in refused:
             self._settle(job, outcomes.refusal(why))
         shortest = min((j.lease_seconds for j in jobs), default=None)

@@ -110,6 +110,7 @@ def test_mixed_storm(start_worker, record_figures):
             if event == "kill" and running:
                 victim = random.choice(running)
                 victim.signal(signal.SIGKILL)
+                fleet.killed.add(fleet.worker_id(victim))
                 victim.wait()
                 kills += 1
                 orphans.update(_cancel(worker=fleet.worker_id(victim)))
