@@ -9,7 +9,7 @@ the worker's three connections and the settings each statement needs.
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -159,19 +159,39 @@ def finish_params(
     ``slotted``: some attempt of the batch may hold places under a limit, to be freed.
     """
     return {
-        "ids": [a.id for a, _, _ in batch],
-        "attempts": [a.attempt for a, _, _ in batch],
-        "statuses": [o.status for _, o, _ in batch],
+        "ids": array_literal(a.id for a, _, _ in batch),
+        "attempts": array_literal(a.attempt for a, _, _ in batch),
+        "statuses": array_literal(o.status for _, o, _ in batch),
         "results": [o.result for _, o, _ in batch],
         "last_errors": [o.last_error for _, o, _ in batch],
         "error_entries": [_jsonb(o.error_entry) for _, o, _ in batch],
-        "retry_delays": [o.retry_delay for _, o, _ in batch],
-        "run_deltas": [delta for _, _, delta in batch],
-        "snoozed": [o.snoozed for _, o, _ in batch],
+        "retry_delays": array_literal(o.retry_delay for _, o, _ in batch),
+        "run_deltas": array_literal(delta for _, _, delta in batch),
+        "snoozed": array_literal(o.snoozed for _, o, _ in batch),
         "worker_id": worker_id,
         "channel": conf.get("NOTIFY_CHANNEL"),
         "slotted": slotted,
     }
+
+
+def array_literal(values: Iterable[int | float | bool | str | None]) -> str:
+    """A PostgreSQL array literal of numbers, booleans or plain words (statuses); None is NULL.
+
+    psycopg adapts a list element by element in Python: for the finish's
+    arrays of numbers and statuses that was about 8 µs of the worker's time
+    per job, a tenth of it; their literal is one join. The statement casts it
+    (``%(ids)s::bigint[]``). Never for free text: it is not quoted.
+    """
+    return "{" + ",".join(map(_element, values)) + "}"
+
+
+def _element(value: int | float | bool | str | None) -> str:
+    """One element: None is NULL; a boolean is 1 or 0, which ``boolean[]`` and ``int[]`` both read."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def run_delta(*, started: bool, counted: bool, snoozed: bool) -> int:

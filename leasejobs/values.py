@@ -61,4 +61,6 @@ def one_line(text: str) -> str:
     A message is the user's (or an attacker's) text; a newline in it must not
     start what looks like another log line.
     """
+    if text.isprintable():  # the common case, checked in C
+        return text
     return "".join(ch if ch.isprintable() or ch in " \t" else repr(ch)[1:-1] for ch in text)

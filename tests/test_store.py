@@ -11,7 +11,7 @@ import pytest
 from leasejobs import sql
 from leasejobs.connection import connection_params
 from leasejobs.models import Job
-from leasejobs.store import Attempt, Outcome, WorkerStore, claim_params
+from leasejobs.store import Attempt, Outcome, WorkerStore, array_literal, claim_params
 from tests.testapp.tasks import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -86,6 +86,75 @@ def test_every_fenced_write_also_matches_the_holder(store):
     assert not s.mark_started(key)
     job.refresh_from_db()
     assert (job.status, job.leased_by, job.attempt) == ("running", "b", 1)
+
+
+def _lock_row(job_id: int) -> psycopg.Connection:
+    """Another transaction holding the job row locked (as a body's side-effect block does)."""
+    conn = psycopg.connect(**connection_params())
+    conn.execute("SELECT 1 FROM leasejobs_job WHERE id = %s FOR SHARE", [job_id])
+    return conn
+
+
+def test_one_heartbeat_tells_renewed_locked_and_lost_rows_apart(store):
+    """Each held row gets its own answer, the locked and the lost ones among many renewed."""
+    jobs = [record.enqueue(i) for i in range(6)]
+    s = store("a")
+    rows = claim(s)
+    keys = [Attempt(r.id, r.attempt) for r in rows]
+    Job.objects.filter(id=jobs[4].id).update(leased_by="b")  # lost: another worker holds it
+    Job.objects.filter(id=jobs[2].id).update(cancel_requested=True)
+    locker = _lock_row(jobs[1].id)
+    try:
+        beat = {b.id: (b.renewed, b.held, b.cancel_requested) for b in s.heartbeat([(k, 30.0) for k in keys])}
+    finally:
+        locker.close()
+    assert beat == {
+        jobs[0].id: (True, True, False),
+        jobs[1].id: (False, True, False),
+        jobs[2].id: (True, True, True),
+        jobs[3].id: (True, True, False),
+        jobs[4].id: (False, False, False),
+        jobs[5].id: (True, True, False),
+    }
+
+
+def test_one_finish_tells_written_locked_and_stale_rows_apart(store):
+    """Only written rows and rows still ours but locked come back; a stale attempt's row does not."""
+    jobs = [record.enqueue(i) for i in range(5)]
+    s = store("a")
+    rows = claim(s)
+    batch = [(Attempt(r.id, r.attempt), Outcome(status="done"), False) for r in rows]
+    batch[3] = (Attempt(rows[3].id, rows[3].attempt + 1), Outcome(status="done"), False)  # stale token
+    locker = _lock_row(jobs[2].id)
+    try:
+        written = {(r.id, r.written) for r in s.finish(batch)}
+    finally:
+        locker.close()
+    assert written == {(jobs[0].id, True), (jobs[1].id, True), (jobs[2].id, False), (jobs[4].id, True)}
+    assert list(Job.objects.order_by("id").values_list("status", flat=True)) == [
+        "done",
+        "done",
+        "running",
+        "running",
+        "done",
+    ]
+
+
+def test_array_literals_read_back_as_the_values_given():
+    """The finish's arrays of numbers, booleans and statuses, cast by PostgreSQL as the statement does."""
+    with psycopg.connect(**connection_params()) as conn:
+        row = conn.execute(
+            "SELECT %s::bigint[], %s::int[], %s::boolean[], %s::float8[], %s::text[], %s::int[]",
+            [
+                array_literal([1, 2**40]),
+                array_literal([True, False, -1]),
+                array_literal([True, False]),
+                array_literal([0.0, 1e-05, 2.5, None]),
+                array_literal(["done", "queued"]),
+                array_literal([]),
+            ],
+        ).fetchone()
+    assert row == ([1, 2**40], [1, 0, -1], [True, False], [0.0, 1e-05, 2.5, None], ["done", "queued"], [])
 
 
 def test_a_claim_of_a_job_with_a_pending_cancel_ends_it_cancelled(store):

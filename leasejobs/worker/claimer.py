@@ -176,9 +176,7 @@ class Claimer:
         # Runners first: a run counted at the claim should start at once (a
         # worker killed before it does leaves that run counted, unstarted).
         self.held.add(jobs, [job for job, _ in refused])
-        for job in jobs:
-            self.events.claimed(job)
-        self.events.claim_statement(jobs, seconds)
+        self.events.claimed(jobs, seconds)
         for job, why in refused:
             self._settle(job, outcomes.refusal(why))
         shortest = min((j.lease_seconds for j in jobs), default=None)
