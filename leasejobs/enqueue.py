@@ -9,7 +9,7 @@ checked here, where the caller can still see the error.
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
@@ -110,28 +110,40 @@ def _check_concurrency(task_name: str, key: str | None, limit: int | None) -> No
         )
 
 
+@dataclass(frozen=True)
+class Call:
+    """One job of a bulk enqueue: its arguments and their JSON."""
+
+    args: list[Any]
+    kwargs: dict[str, Any]
+    args_json: str
+    kwargs_json: str
+
+
 def build_many(
     task_name: str, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]], **options: Any
-) -> list[JobSpec]:
-    """``build`` for many calls of one task with the same options.
+) -> tuple[JobSpec, list[Call]]:
+    """``build`` for many calls of one task with the same options: the options, then each call.
 
     The options are checked once; each call only has its arguments encoded,
-    which is what keeps a bulk enqueue of thousands of jobs cheap.
+    which is what keeps a bulk enqueue of thousands of jobs cheap. Jobs cannot
+    share one idempotency key, so a bulk enqueue takes none.
     """
+    if options.get("idempotency_key") is not None:
+        raise ValueError("bulk_enqueue cannot share one idempotency_key between jobs.")
     template = build(task_name, [], {}, **options)
-    specs = []
+    limit = conf.get("MAX_PAYLOAD_BYTES")
+    built = []
     for args, kwargs in calls:
-        args_json, kwargs_json = encode_payload(task_name, args, kwargs)
-        specs.append(
-            replace(
-                template, args=list(args), kwargs=dict(kwargs), args_json=args_json, kwargs_json=kwargs_json
-            )
-        )
-    return specs
+        args_json, kwargs_json = encode_payload(task_name, args, kwargs, limit)
+        built.append(Call(list(args), dict(kwargs), args_json, kwargs_json))
+    return template, built
 
 
 def _job(
     spec: JobSpec,
+    args: list[Any],
+    kwargs: dict[str, Any],
     job_id: int,
     run_at: dt.datetime,
     created_at: dt.datetime,
@@ -147,8 +159,8 @@ def _job(
         "task_name": spec.task_name,
         "queue": spec.queue,
         "priority": spec.priority,
-        "args": spec.args,
-        "kwargs": spec.kwargs,
+        "args": args,
+        "kwargs": kwargs,
         "status": Job.Status.QUEUED,
         "attempt": 0,
         "max_attempts": spec.max_attempts,
@@ -217,7 +229,7 @@ def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
         _make_key_slots(cursor, spec)
     if row is None:
         return Job.objects.using(db_alias()).get(idempotency_key=spec.idempotency_key)
-    return _job(spec, row[0], row[1], row[2], trace_context)
+    return _job(spec, spec.args, spec.kwargs, row[0], row[1], row[2], trace_context)
 
 
 def _make_key_slots(cursor: Any, spec: JobSpec) -> None:
@@ -226,72 +238,46 @@ def _make_key_slots(cursor: Any, spec: JobSpec) -> None:
         cursor.execute(sql.KEY_SLOTS, {"key": spec.concurrency_key, "limit": spec.concurrency_limit})
 
 
-def insert_many(specs: Iterable[JobSpec]) -> list[Job]:
-    """Insert many jobs in one statement; the result follows the input order.
-
-    The specs share their options (``build_many``), the concurrency key among them.
-
-    A spec whose idempotency key is already taken (in the table, or earlier in
-    the same batch) gives the job that holds the key.
-    """
-    specs = list(specs)
-    if not specs:
+def insert_many(spec: JobSpec, calls: list[Call]) -> list[Job]:
+    """Insert one job per call, all with ``spec``'s options, in one statement; in input order."""
+    if not calls:
         return []
     if not tracing.enabled():
-        return _insert_many(specs, None)
-    with tracing.enqueue_span(specs[0].queue, len(specs)) as (span, carrier):
-        jobs = _insert_many(specs, carrier)
+        return _insert_many(spec, calls, None)
+    with tracing.enqueue_span(spec.queue, len(calls)) as (span, carrier):
+        jobs = _insert_many(spec, calls, carrier)
         tracing.set_message_ids(span, [j.id for j in jobs])
         return jobs
 
 
-def _insert_many(specs: list[JobSpec], trace_context: dict[str, str] | None) -> list[Job]:
+def _insert_many(spec: JobSpec, calls: list[Call], trace_context: dict[str, str] | None) -> list[Job]:
     with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.BULK_ENQUEUE,
             {
-                "task_names": [s.task_name for s in specs],
-                "queues": [s.queue for s in specs],
-                "priorities": [s.priority for s in specs],
-                "args": [s.args_json for s in specs],
-                "kwargs": [s.kwargs_json for s in specs],
-                "max_attempts": [s.max_attempts for s in specs],
-                "run_ats": [s.run_at for s in specs],
-                "delays": [s.delay for s in specs],
-                "idempotency_keys": [s.idempotency_key for s in specs],
-                "concurrency_key": specs[0].concurrency_key,
-                "concurrency_limit": specs[0].concurrency_limit,
-                "retry_policies": [_policy_json(s.retry_policy) for s in specs],
+                "task_name": spec.task_name,
+                "queue": spec.queue,
+                "priority": spec.priority,
+                # Each is JSON already (encode_payload): joined, not encoded again.
+                "calls": "[" + ",".join(f"[{c.args_json},{c.kwargs_json}]" for c in calls) + "]",
+                "max_attempts": spec.max_attempts,
+                "run_at": spec.run_at,
+                "delay": spec.delay,
+                "concurrency_key": spec.concurrency_key,
+                "concurrency_limit": spec.concurrency_limit,
+                "retry_policy": _policy_json(spec.retry_policy),
                 "channel": conf.get("NOTIFY_CHANNEL"),
                 "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
         )
         rows = cursor.fetchall()
-        _make_key_slots(cursor, specs[0])
-    # Inserted rows come back in id order, which is input order (ids are
-    # drawn in the order the rows are inserted); keyed rows are matched by key.
-    inserted = iter(rows)
-    jobs: list[Job | None] = []
-    by_key: dict[str, Job] = {}
-    pending = {r[1] for r in rows if r[1] is not None}
-    for spec in specs:
-        key = spec.idempotency_key
-        if key is not None and (key in by_key or key not in pending):
-            jobs.append(by_key.get(key))
-            continue
-        job_id, _key, run_at, created_at, _ = next(inserted)
-        job = _job(spec, job_id, run_at, created_at, trace_context)
-        if key is not None:
-            by_key[key] = job
-            pending.discard(key)
-        jobs.append(job)
-    missing = [s.idempotency_key for s, j in zip(specs, jobs, strict=True) if j is None]
-    if missing:
-        existing = {
-            j.idempotency_key: j for j in Job.objects.using(db_alias()).filter(idempotency_key__in=missing)
-        }
-        jobs = [j if j is not None else existing[s.idempotency_key] for s, j in zip(specs, jobs, strict=True)]
-    return jobs  # type: ignore[return-value]
+        _make_key_slots(cursor, spec)
+    # Rows come back in id order, which is input order (ids are drawn in the
+    # order the rows are inserted).
+    return [
+        _job(spec, c.args, c.kwargs, job_id, run_at, created_at, trace_context)
+        for c, (job_id, run_at, created_at, _) in zip(calls, rows, strict=True)
+    ]
 
 
 def _policy_json(policy: dict[str, Any] | None) -> str | None:

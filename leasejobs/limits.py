@@ -23,6 +23,10 @@ PRIORITY_RANGE = (-100, 100)
 WORKER_ID_MAX_LENGTH = 200
 
 
+#: One encoder for every value: ``json.dumps`` with options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def encode_json(value: Any, what: str) -> str:
     """JSON-encode ``value`` or raise a ``TypeError`` that names ``what``.
 
@@ -30,16 +34,22 @@ def encode_json(value: Any, what: str) -> str:
     value that cannot be stored is refused where the caller can see it.
     """
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} must be JSON (lists, dicts, str, int, float, bool, None): {exc}") from exc
 
 
-def encode_payload(task_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
-    """The JSON of one job's arguments, refused if not JSON or over ``MAX_PAYLOAD_BYTES``."""
+def encode_payload(
+    task_name: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int | None = None
+) -> tuple[str, str]:
+    """The JSON of one job's arguments, refused if not JSON or over ``MAX_PAYLOAD_BYTES``.
+
+    ``limit``: that setting, when the caller read it once for many jobs.
+    """
     args_json = encode_json(list(args), f"the arguments of {task_name}")
     kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
-    limit = conf.get("MAX_PAYLOAD_BYTES")
+    if limit is None:
+        limit = conf.get("MAX_PAYLOAD_BYTES")
     size = len(args_json) + len(kwargs_json)  # json.dumps escapes to ASCII: chars are bytes
     if size > limit:
         raise ValueError(

@@ -118,9 +118,7 @@ class Task:
 
     def bulk_enqueue(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
         """Insert one job per ``(args, kwargs)`` pair in one round trip."""
-        if self.idempotency_key is not None:
-            raise ValueError("bulk_enqueue cannot share one idempotency_key between jobs.")
-        return enqueue.insert_many(enqueue.build_many(self.name, calls, **self._options()))
+        return enqueue.insert_many(*enqueue.build_many(self.name, calls, **self._options()))
 
 
 def register(task: Task) -> Task:

@@ -62,10 +62,13 @@ notified AS (
 SELECT id, run_at, created_at, (SELECT count(*) FROM notified) FROM inserted
 """
 
-#: Insert many jobs in one statement, one array element per job, in input
-#: order. Rows whose idempotency key is taken are skipped (not returned).
-#: One NOTIFY per distinct queue with a due job. All rows share one trace
-#: context (the bulk enqueue's span), or none.
+#: Insert many jobs of one task with the same options in one statement, in
+#: input order. ``calls`` is one JSON document, ``[[args, kwargs], ...]``:
+#: PostgreSQL parses it in C, where adapting one array element at a time in
+#: Python cost more than the insert itself. The options are bound once. No
+#: idempotency key (a bulk enqueue cannot share one), so no conflict to
+#: handle. One NOTIFY for the queue if the jobs are due. All rows share one
+#: trace context (the bulk enqueue's span), or none.
 BULK_ENQUEUE = """
 WITH inserted AS (
     INSERT INTO leasejobs_job (
@@ -74,30 +77,21 @@ WITH inserted AS (
         errors, worker_ids, created_at, trace_context, snoozes, retry_policy,
         concurrency_key, concurrency_limit
     )
-    SELECT r.task_name, r.queue, r.priority, r.args::jsonb, r.kwargs::jsonb,
-           'queued', 0, r.max_attempts,
-           COALESCE(r.run_at, statement_timestamp() + make_interval(secs => r.delay)),
-           '', false, r.idempotency_key, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
-           0, r.retry_policy::jsonb,
+    SELECT %(task_name)s, %(queue)s, %(priority)s, c.call -> 0, c.call -> 1,
+           'queued', 0, %(max_attempts)s,
+           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
+           '', false, NULL, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
+           0, %(retry_policy)s::jsonb,
            %(concurrency_key)s, %(concurrency_limit)s
-    FROM unnest(
-        %(task_names)s::text[], %(queues)s::text[], %(priorities)s::smallint[],
-        %(args)s::text[], %(kwargs)s::text[], %(max_attempts)s::int[],
-        %(run_ats)s::timestamptz[], %(delays)s::float8[], %(idempotency_keys)s::text[],
-        %(retry_policies)s::text[]
-    ) WITH ORDINALITY AS r(task_name, queue, priority, args, kwargs, max_attempts,
-                           run_at, delay, idempotency_key, retry_policy, ord)
-    ORDER BY r.ord
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, idempotency_key, queue, run_at, created_at
+    FROM jsonb_array_elements(%(calls)s::jsonb) WITH ORDINALITY AS c(call, ord)
+    ORDER BY c.ord
+    RETURNING id, run_at, created_at
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, queue) FROM (
-        SELECT DISTINCT queue FROM inserted WHERE run_at <= statement_timestamp()
-    ) AS due
+    SELECT pg_notify(%(channel)s, %(queue)s)
+    WHERE EXISTS (SELECT 1 FROM inserted WHERE run_at <= statement_timestamp())
 )
-SELECT i.id, i.idempotency_key, i.run_at, i.created_at,
-       (SELECT count(*) FROM notified)
+SELECT i.id, i.run_at, i.created_at, (SELECT count(*) FROM notified)
 FROM inserted AS i
 ORDER BY i.id
 """

@@ -10,7 +10,6 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from leasejobs import enqueue
 from leasejobs.connection import connection_params
 from leasejobs.models import Job
 from tests.testapp.tasks import add, record
@@ -67,18 +66,24 @@ def test_an_idempotency_key_returns_the_existing_job():
     assert Job.objects.count() == 1
 
 
-def test_bulk_enqueue_with_keys_returns_existing_jobs_in_input_order():
-    existing = add.using(idempotency_key="k2").enqueue(0, 0)
-    specs = [("k1", 1), ("k2", 2), ("k1", 3), (None, 4)]
-    built = [
-        enqueue.build(add.name, [n], {}, queue="default", priority=0, max_attempts=None, idempotency_key=key)
-        for key, n in specs
+def test_bulk_enqueue_stores_each_calls_own_arguments_as_returned():
+    """Awkward JSON (quotes, brackets, unicode, nesting) comes back per job as given, in input order."""
+    calls = [
+        ((), {}),
+        (('a "quoted" ], [text', "ünï\u2028code", None), {"k": [1, {"x": [2.5, True]}]}),
+        ((1,), {"n": -(2**53)}),
     ]
-    jobs = enqueue.insert_many(built)
-    assert jobs[1].id == existing.id
-    assert jobs[0].id == jobs[2].id and jobs[0].args == [1]
-    assert jobs[3].args == [4] and jobs[3].idempotency_key is None
-    assert Job.objects.count() == 3
+    jobs = add.using(queue="bulk-json", delay=30).bulk_enqueue(calls)
+    stored = {j.id: (j.args, j.kwargs) for j in Job.objects.filter(queue="bulk-json")}
+    assert [(j.args, j.kwargs) for j in jobs] == [(list(a), k) for a, k in calls]
+    assert [stored[j.id] for j in jobs] == [(list(a), k) for a, k in calls]
+    assert all(j.run_at > j.created_at for j in jobs)
+
+
+def test_bulk_enqueue_refuses_an_idempotency_key():
+    with pytest.raises(ValueError, match="cannot share one idempotency_key"):
+        add.using(idempotency_key="one").bulk_enqueue([((1, 1), {}), ((2, 2), {})])
+    assert Job.objects.count() == 0
 
 
 @pytest.mark.parametrize(
