@@ -1,0 +1,176 @@
+"""CPU per job of two leasejobs trees, alternating: the steady A/B on a noisy machine (docs/performance.md).
+
+    .venv/bin/python bench/cpu_ab.py --tree base=/path/to/old/checkout:lj_bench_base \\
+        --tree main=.:lj_bench --jobs 40000 --rounds 3 --levels warning,info
+
+Each tree is a checkout with its own ``.venv`` and a migrated database of its
+own on the same server (``postgresql://postgres@127.0.0.1:5432/<db>``, or
+``--server``). Per run: queue ``--jobs`` no-op jobs due in an hour, ANALYZE,
+start two ``runworker`` processes, wait until they listen, make the jobs due
+(with a NOTIFY), wait until all are done, then read the CPU time of the two
+worker processes and of their PostgreSQL backends from ``/proc`` (startup is
+not counted). Wall-clock jobs/s come from the rows' own timestamps. Linux only.
+"""
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import psycopg
+
+HZ = os.sysconf("SC_CLK_TCK")
+QUEUE = "leasejobs-bench"
+WORKERS = 2
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a process, or None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def bench_module(tree: Path) -> str:
+    """Where the bench's tasks live in that tree (a package since issue 11)."""
+    return "leasejobs.bench.tasks" if (tree / "leasejobs/bench/tasks.py").exists() else "leasejobs.bench"
+
+
+def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, float]:
+    """(worker µs/job, backends µs/job, jobs/s) of one drain."""
+    module = bench_module(tree)
+    python = str(tree / ".venv/bin/python")
+    env = dict(os.environ, DATABASE_URL=url, PYTHONPATH=str(tree))
+    env["DJANGO_SETTINGS_MODULE"] = "demo_site.settings"
+    template = (
+        f"import django; django.setup()\nfrom {module} import register_tasks\n"
+        "from leasejobs.models import Job\nJob.objects.all().delete()\n"
+        "register_tasks()['noop'].bulk_enqueue([((), {})])\n"
+    )
+    subprocess.run([python, "-c", template], env=env, cwd=tree, check=True)
+    with psycopg.connect(url, autocommit=True) as conn:
+        template_id = conn.execute("UPDATE leasejobs_job SET status = 'done' RETURNING id").fetchone()[0]
+        columns = [
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_name = 'leasejobs_job' AND column_name <> 'id' ORDER BY ordinal_position"
+            )
+        ]
+        values = {"status": "'queued'", "run_at": "now() + interval '1 hour'"}
+        conn.execute(
+            f"INSERT INTO leasejobs_job ({', '.join(columns)})"
+            f" SELECT {', '.join(values.get(c, 't.' + c) for c in columns)}"
+            " FROM leasejobs_job AS t, generate_series(1, %s) WHERE t.id = %s",
+            [jobs, template_id],
+        )
+        conn.execute("VACUUM ANALYZE leasejobs_job")
+        code = (
+            f"import sys, django; django.setup(); from {module} import worker_main; worker_main(sys.argv[1:])"
+        )
+        verbosity = "0" if level == "warning" else "1"
+        procs = [
+            subprocess.Popen(
+                [python, "-c", code, "--queue", QUEUE, "--worker-id", f"cpu-ab-{i}", "-v", verbosity],
+                env=env,
+                cwd=tree,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(WORKERS)
+        ]
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                listening = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name LIKE 'leasejobs %%cpu-ab-%%' AND query LIKE 'LISTEN%%'"
+                ).fetchone()[0]
+                if listening >= WORKERS:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the workers did not start listening within 60 s")
+                time.sleep(0.1)
+            time.sleep(1)
+            backends = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'leasejobs %%cpu-ab-%%'"
+                )
+            ]
+            pids = [p.pid for p in procs] + backends
+            before = {pid: cpu_seconds(pid) for pid in pids}
+            conn.execute("UPDATE leasejobs_job SET run_at = now() WHERE status = 'queued'")
+            conn.execute("SELECT pg_notify('leasejobs', %s)", [QUEUE])
+            deadline = time.monotonic() + 600
+            while conn.execute("SELECT count(*) FROM leasejobs_job WHERE status <> 'done'").fetchone()[0]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the drain did not end within 600 s")
+                time.sleep(0.05)
+            after = {pid: cpu_seconds(pid) for pid in pids}
+
+            def used(group: list[int]) -> float:
+                return sum(
+                    a - b for p in group if (b := before[p]) is not None and (a := after[p]) is not None
+                )
+
+            span = conn.execute(
+                "SELECT extract(epoch FROM max(finished_at) - min(started_at))::float8"
+                " FROM leasejobs_job WHERE id <> %s",
+                [template_id],
+            ).fetchone()[0]
+            return 1e6 * used([p.pid for p in procs]) / jobs, 1e6 * used(backends) / jobs, jobs / span
+        finally:
+            for p in procs:
+                p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tree", action="append", required=True, help="NAME=DIR:DATABASE (twice)")
+    parser.add_argument("--server", default="postgresql://postgres@127.0.0.1:5432")
+    parser.add_argument("--jobs", type=int, default=40_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--levels", default="warning,info")
+    args = parser.parse_args()
+    trees = {}
+    for spec in args.tree:
+        name, rest = spec.split("=", 1)
+        directory, database = rest.rsplit(":", 1)
+        trees[name] = (Path(directory).resolve(), f"{args.server}/{database}")
+    results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for _ in range(args.rounds):
+        for level in args.levels.split(","):
+            for name, (tree, url) in trees.items():
+                worker, backends, rate = one_run(tree, url, args.jobs, level)
+                results.setdefault((level, name), []).append((worker, backends, rate))
+                print(
+                    f"{name} {level}: worker {worker:.1f} µs/job, backends {backends:.1f}, "
+                    f"total {worker + backends:.1f}; {rate:,.0f} jobs/s",
+                    flush=True,
+                )
+    print("medians:")
+    for (level, name), runs in results.items():
+        print(
+            f"  {level:8s} {name}: worker {statistics.median(r[0] for r in runs):.1f}"
+            f"  backends {statistics.median(r[1] for r in runs):.1f}"
+            f"  total {statistics.median(r[0] + r[1] for r in runs):.1f} µs/job;"
+            f" {statistics.median(r[2] for r in runs):,.0f} jobs/s"
+        )
+
+
+if __name__ == "__main__":
+    main()
