@@ -120,6 +120,14 @@ class Task:
         """Insert one job per ``(args, kwargs)`` pair in one round trip."""
         return enqueue.insert_many(*enqueue.build_many(self.name, calls, **self._options()))
 
+    def bulk_enqueue_ids(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[int]:
+        """``bulk_enqueue`` returning the new jobs' ids (in input order) instead of ``Job``s.
+
+        The same insert, checks and NOTIFY; it skips building a model instance
+        per job, most of a bulk enqueue's time in Python.
+        """
+        return enqueue.insert_many_ids(*enqueue.build_many(self.name, calls, **self._options()))
+
 
 def register(task: Task) -> Task:
     """Add a task to the registry; two different functions may not share a name."""

@@ -59,8 +59,10 @@ def _a_queue_at_3_am() -> Job:
         last_error="CardDeclined: card ending 4242 was declined\nTraceback (most recent call last): ...",
     )
     _job(task_name="shop.tasks.send_receipt", queue="receipts", status="done", attempt=2, finished_at=ago)
-    _running("shop.tasks.send_receipt", "web-1-4121-9c1e2a", left=24)
-    _running("shop.tasks.render_pdf", "web-2-77-0f3a91", left=8, attempt=2)
+    # Leases of two minutes: a loaded CI machine took over 8 s to reach the
+    # "expired" filter, and a live lease must not expire before the test looks.
+    _running("shop.tasks.send_receipt", "web-1-4121-9c1e2a", left=104, lease=120)
+    _running("shop.tasks.render_pdf", "web-2-77-0f3a91", left=88, attempt=2, lease=120)
     stuck = _running("shop.tasks.send_receipt", "web-3-12-5d2b07", left=-95, attempt=2)
     _running("shop.tasks.render_pdf", "web-3-12-5d2b07", left=-80, attempt=1)
     _job(task_name="shop.tasks.send_receipt", queue="receipts", status="queued")

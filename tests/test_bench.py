@@ -40,6 +40,7 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
     for label in (
         "enqueue, single (task.enqueue, Django connection)",
         "enqueue, bulk (bulk_enqueue, 1,000 per call)",
+        "enqueue, bulk ids (bulk_enqueue_ids, 1,000 per call)",
         "processing, 1 worker(s) x concurrency 4, WARNING",
         "processing, 2 worker(s) x concurrency 4, WARNING",
         "raw SQL limit, 1 per statement, 1 client(s)",

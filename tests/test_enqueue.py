@@ -80,6 +80,27 @@ def test_bulk_enqueue_stores_each_calls_own_arguments_as_returned():
     assert all(j.run_at > j.created_at for j in jobs)
 
 
+def test_bulk_enqueue_ids_inserts_the_same_jobs_and_returns_their_ids_in_input_order():
+    with CaptureQueriesContext(connection) as queries:
+        ids = record.using(queue="bulk-ids", priority=2).bulk_enqueue_ids(
+            [((i,), {"n": i}) for i in range(300)]
+        )
+    assert len(queries) == 1
+    stored = {j.id: j for j in Job.objects.filter(queue="bulk-ids")}
+    assert [(stored[i].args, stored[i].kwargs, stored[i].priority) for i in ids] == [
+        ([n], {"n": n}, 2) for n in range(300)
+    ]
+    assert record.bulk_enqueue_ids([]) == []
+
+
+def test_bulk_enqueue_ids_refuses_what_bulk_enqueue_refuses():
+    with pytest.raises(ValueError, match="cannot share one idempotency_key"):
+        add.using(idempotency_key="one").bulk_enqueue_ids([((1, 1), {})])
+    with pytest.raises(TypeError, match="must be JSON"):
+        add.bulk_enqueue_ids([((1, 1), {}), ((object(), 1), {})])
+    assert Job.objects.count() == 0
+
+
 def test_bulk_enqueue_refuses_an_idempotency_key():
     with pytest.raises(ValueError, match="cannot share one idempotency_key"):
         add.using(idempotency_key="one").bulk_enqueue([((1, 1), {}), ((2, 2), {})])

@@ -3,7 +3,7 @@
 What it measures, on the database Django is configured for:
 
 - enqueue: ``task.enqueue()`` one job per transaction through Django's
-  connection, and ``task.bulk_enqueue()`` 1,000 jobs per call;
+  connection, and ``task.bulk_enqueue()`` and ``bulk_enqueue_ids()`` 1,000 jobs per call;
 - processing: real ``runworker`` processes drain no-op jobs. The workers are
   started first and wait, idle, on LISTEN; then all jobs are committed in one
   transaction, so every worker sees them at the same moment. The figure runs

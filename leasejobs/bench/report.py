@@ -20,6 +20,13 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             ("enqueue, bulk (bulk_enqueue, 1,000 per call)", _n(results["enqueue"]["bulk"]) + " jobs/s")
         )
+        if "bulk_ids" in results["enqueue"]:
+            rows.append(
+                (
+                    "enqueue, bulk ids (bulk_enqueue_ids, 1,000 per call)",
+                    _n(results["enqueue"]["bulk_ids"]) + " jobs/s",
+                )
+            )
     if "raw_insert" in results:
         raw = results["raw_insert"]
         rows.append(("raw SQL limit, INSERT one job per statement", _n(raw["single"]) + " jobs/s"))

@@ -159,13 +159,14 @@ class Bench:
         self.clear()
         return rate
 
-    def enqueue_bulk(self, jobs: int, chunk: int = 1000) -> float:
-        """Jobs/s of ``task.bulk_enqueue()`` with ``chunk`` jobs per call."""
+    def enqueue_bulk(self, jobs: int, chunk: int = 1000, *, ids: bool = False) -> float:
+        """Jobs/s of ``task.bulk_enqueue()`` (``bulk_enqueue_ids()``) with ``chunk`` jobs per call."""
         noop = self.tasks["noop"]
+        insert = noop.bulk_enqueue_ids if ids else noop.bulk_enqueue
         calls: list[tuple[tuple[()], dict[str, Any]]] = [((), {})] * chunk
         started = time.perf_counter()
         for _ in range(max(1, jobs // chunk)):
-            noop.bulk_enqueue(calls)
+            insert(calls)
         rate = max(1, jobs // chunk) * chunk / (time.perf_counter() - started)
         self.clear()
         return rate
@@ -366,6 +367,7 @@ def run_all(
         results["enqueue"] = {
             "single": statistics.median(b.enqueue_single(n) for _ in range(repeat)),
             "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
+            "bulk_ids": statistics.median(b.enqueue_bulk(n, ids=True) for _ in range(repeat)),
         }
     if options["raw_sql"] and options["enqueue_jobs"]:
         n = options["enqueue_jobs"]
