@@ -293,7 +293,7 @@ def _insert_many(spec: JobSpec, calls: list[Call], trace_context: dict[str, str]
                 "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
             },
         )
-        rows = cursor.fetchall()
+        rows: list[Any] = cursor.fetchall()
         _make_key_slots(cursor, spec)
     return rows
 
