@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import time
+from json.scanner import make_scanner
 from typing import Any
 from urllib.parse import quote
 
@@ -46,15 +47,28 @@ LINK_CHECKS = {
 }
 
 _JSON = json.JSONDecoder()
+_SCAN = make_scanner(_JSON)  # what _JSON.decode calls, without its checks of blanks around the value
 
 
 def _json_loads(data: bytes) -> Any:
     """``json.loads`` without its sniffing of each value's encoding (PostgreSQL sends UTF-8).
 
-    Every claimed job brings two JSON values (its args and kwargs); this
-    halves what reading them costs the claim.
+    Every claimed job brings two JSON values (its args and kwargs), most often
+    ``[]`` and ``{}``. PostgreSQL prints jsonb without surrounding blanks, so
+    the decoder's scanner reads the value straight from offset 0; anything
+    else (never expected) takes ``decode``, which reads it or says why not.
+    Reading them took about a seventh of the worker's Python per no-op job.
     """
-    return _JSON.decode(data.decode())
+    if data == b"[]":
+        return []
+    if data == b"{}":
+        return {}
+    text = data.decode()
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return _JSON.decode(text)
+    return value if end == len(text) else _JSON.decode(text)
 
 
 def connection_params(alias: str | None = None) -> dict[str, Any]:

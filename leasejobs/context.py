@@ -40,7 +40,7 @@ class SideEffectRecord:
     fencing_token: int
 
 
-@dataclass
+@dataclass(slots=True)
 class JobContext:
     job_id: int
     attempt: int

@@ -7,9 +7,10 @@ job in one finish batch, the claim's run counting and synchronous commit.
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from leasejobs import sql
-from leasejobs.connection import connection_params
+from leasejobs.connection import WorkerConnection, connection_params
 from leasejobs.models import Job
 from leasejobs.store import Attempt, Outcome, WorkerStore, array_literal, claim_params
 from tests.testapp.tasks import record
@@ -155,6 +156,30 @@ def test_array_literals_read_back_as_the_values_given():
             ],
         ).fetchone()
     assert row == ([1, 2**40], [1, 0, -1], [True, False], [0.0, 1e-05, 2.5, None], ["done", "queued"], [])
+
+
+def test_the_worker_reads_json_back_as_stored():
+    """The worker's connections read jsonb without ``json.loads`` (``connection._json_loads``)."""
+    values = [
+        [],
+        {},
+        [1, "x", {"a": 2}],
+        {"nested": {"list": [[], {}], "ünïcode": 'line\u2028sep \\ "q"'}, "n": -1.5e-7},
+        "a string",
+        2**70,
+        True,
+        None,
+        [" ", "{}", "[]"],
+    ]
+    conn = WorkerConnection("test", "w")
+    try:
+        rows = conn.execute(
+            "SELECT v FROM unnest(%(values)s::jsonb[]) WITH ORDINALITY AS t(v, i) ORDER BY i",
+            {"values": [Jsonb(v) for v in values]},
+        )
+    finally:
+        conn.close()
+    assert [r[0] for r in rows] == values
 
 
 def test_a_claim_of_a_job_with_a_pending_cancel_ends_it_cancelled(store):

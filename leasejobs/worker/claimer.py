@@ -19,6 +19,8 @@ from collections.abc import Callable
 from leasejobs import observe, registry, retry
 from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.context import JobContext
+from leasejobs.registry import Task
+from leasejobs.retry import RetryPolicy
 from leasejobs.store import Attempt, ClaimedRow, Outcome, WorkerStore
 from leasejobs.validators import effective_lease
 from leasejobs.worker import outcomes, rules
@@ -58,6 +60,7 @@ class Claimer:
         self.task_leases = {
             name: float(t.lease_seconds) for name, t in registry.all_tasks().items() if t.lease_seconds
         }
+        self._tasks: dict[str, tuple[Task | None, float, RetryPolicy | None]] = {}
         self.wake = threading.Event()
         self.limits = LimitGate(store, options.queues, poll_interval)
 
@@ -184,9 +187,25 @@ class Claimer:
             self._new_lease(shortest)
         return len(rows)
 
+    def _task(self, name: str) -> tuple[Task | None, float, RetryPolicy | None]:
+        """A task's (task, lease, own retry policy), looked up once per task name.
+
+        An unknown name is not remembered: its module may register it later.
+        """
+        found = self._tasks.get(name)
+        if found is None:
+            task = registry.get(name)
+            if task is None:
+                return None, self.lease_seconds, None
+            found = self._tasks[name] = (
+                task,
+                effective_lease(task.lease_seconds, self.lease_seconds),
+                task.retry,
+            )
+        return found
+
     def _held_job(self, row: ClaimedRow, claimed_at: float) -> HeldJob:
-        task = registry.get(row.task_name)
-        lease = effective_lease(task.lease_seconds if task else None, self.lease_seconds)
+        task, lease, policy = self._task(row.task_name)
         return HeldJob(
             key=Attempt(row.id, row.attempt),
             task_name=row.task_name,
@@ -204,7 +223,7 @@ class Claimer:
             claimed_at=claimed_at,
             trace_context=row.trace_context,
             snoozes=row.snoozes,
-            retry_policy=retry.policy_for(task.retry if task else None, row.retry_policy),
+            retry_policy=policy if row.retry_policy is None else retry.policy_for(policy, row.retry_policy),
             ctx=JobContext(
                 job_id=row.id,
                 attempt=row.attempt,

@@ -1,5 +1,6 @@
 """``manage.py runworker``: run a leasejobs worker until stopped."""
 
+import gc
 import logging
 import signal
 import sys
@@ -130,6 +131,7 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot serve metrics: {exc}.") from None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: worker.request_stop())
+        _tune_garbage_collector()
         worker.run()
 
     def _worker_options(self, options: dict[str, Any]) -> WorkerOptions:
@@ -236,3 +238,21 @@ def _configure_logging(verbosity: int, log_format: str) -> None:
     if log_format == "json":
         for handler in [*logger.handlers, *logging.getLogger().handlers]:
             handler.setFormatter(JsonFormatter())
+
+
+def _tune_garbage_collector() -> None:
+    """Keep the cycle collector from walking what does not change.
+
+    Everything imported so far (Django, the project, its tasks) lives as long
+    as the process: frozen, a full collection looks only at what jobs made
+    (each used to walk the whole project: about 0.1 s per 100,000 no-op jobs).
+    A claim makes a few objects per job that stay alive until the job ends, so
+    the default young-generation threshold collected in the middle of nearly
+    every claim and moved those objects up a generation to be walked again;
+    at 10,000 most of them are gone by the next collection. Together this
+    took the collector from about 3 µs to well under 1 µs per no-op job
+    (``gc.callbacks``, one worker, 100,000 jobs).
+    """
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(10_000, older, oldest)
