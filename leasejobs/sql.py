@@ -198,9 +198,12 @@ WITH picked AS (
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
 ),
+counted AS (
+    -- The first rows in claim order: a top-N sort, not a ranking of them all.
+    SELECT ARRAY(SELECT id FROM picked ORDER BY priority DESC, run_at, id LIMIT %(counted)s) AS ids
+),
 ranked AS (
-    SELECT p.*, row_number() OVER (ORDER BY p.priority DESC, p.run_at, p.id) <= %(counted)s AS counted
-    FROM picked AS p
+    SELECT p.*, p.id = ANY (c.ids) AS counted FROM picked AS p, counted AS c
 ),
 durable AS (
     SELECT set_config('synchronous_commit', 'on', true) AS setting
@@ -209,8 +212,8 @@ claimed AS (
     UPDATE leasejobs_job AS j SET
 """
     + _CLAIM_SET
-    + """    FROM ranked AS p, durable
-    WHERE j.id = p.id AND durable.setting IS NOT NULL
+    + """    FROM ranked AS p
+    WHERE j.id = p.id AND (SELECT setting FROM durable) IS NOT NULL  -- once, not per row
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
               j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at,
               j.trace_context, j.snoozes, j.retry_policy
@@ -347,8 +350,8 @@ claimed AS (
     UPDATE leasejobs_job AS j SET
 """
     + _CLAIM_SET
-    + """    FROM chosen AS p, durable
-    WHERE j.id = p.id AND durable.setting IS NOT NULL
+    + """    FROM chosen AS p
+    WHERE j.id = p.id AND (SELECT setting FROM durable) IS NOT NULL
     RETURNING j.id, j.task_name, j.args, j.kwargs, j.attempt, j.runs, j.max_attempts,
               j.queue, p.ended, j.last_error, p.counted, p.taken_over, j.priority, j.run_at,
               j.trace_context, j.snoozes, j.retry_policy, j.lease_until

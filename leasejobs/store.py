@@ -9,7 +9,7 @@ the worker's three connections and the settings each statement needs.
 
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -161,23 +161,24 @@ def finish_params(
 
     ``slotted``: some attempt of the batch may hold places under a limit, to be freed.
     """
+    outcomes = [o for _, o, _ in batch]
     return {
-        "ids": array_literal(a.id for a, _, _ in batch),
-        "attempts": array_literal(a.attempt for a, _, _ in batch),
-        "statuses": array_literal(o.status for _, o, _ in batch),
-        "results": [o.result for _, o, _ in batch],
-        "last_errors": [o.last_error for _, o, _ in batch],
-        "error_entries": [_jsonb(o.error_entry) for _, o, _ in batch],
-        "retry_delays": array_literal(o.retry_delay for _, o, _ in batch),
-        "run_deltas": array_literal(delta for _, _, delta in batch),
-        "snoozed": array_literal(o.snoozed for _, o, _ in batch),
+        "ids": array_literal([a.id for a, _, _ in batch]),
+        "attempts": array_literal([a.attempt for a, _, _ in batch]),
+        "statuses": array_literal([o.status for o in outcomes]),
+        "results": [o.result for o in outcomes],
+        "last_errors": [o.last_error for o in outcomes],
+        "error_entries": [_jsonb(o.error_entry) for o in outcomes],
+        "retry_delays": array_literal([o.retry_delay for o in outcomes]),
+        "run_deltas": array_literal([delta for _, _, delta in batch]),
+        "snoozed": array_literal([o.snoozed for o in outcomes]),
         "worker_id": worker_id,
         "channel": conf.get("NOTIFY_CHANNEL"),
         "slotted": slotted,
     }
 
 
-def array_literal(values: Iterable[int | float | bool | str | None]) -> str:
+def array_literal(values: Sequence[int | float | bool | str | None]) -> str:
     """A PostgreSQL array literal of numbers, booleans or plain words (statuses); None is NULL.
 
     psycopg adapts a list element by element in Python: for the finish's
@@ -185,6 +186,8 @@ def array_literal(values: Iterable[int | float | bool | str | None]) -> str:
     per job, a tenth of it; their literal is one join. The statement casts it
     (``%(ids)s::bigint[]``). Never for free text: it is not quoted.
     """
+    if all(type(v) is int or type(v) is str for v in values):
+        return "{" + ",".join(map(str, values)) + "}"  # ids, attempts, statuses: the common arrays
     return "{" + ",".join(map(_element, values)) + "}"
 
 

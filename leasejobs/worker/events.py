@@ -116,6 +116,10 @@ class Events:
 
     def outcome(self, job: HeldJob, outcome: Outcome) -> None:
         observe.outcome_written(job.queue, job.task_name, outcome.status)
+        if outcome.status == "done":  # most outcomes: a line only at DEBUG, built only then
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("done job=%s attempt=%s worker=%s", *self._ids(job))
+            return
         ids = self._ids(job)
         if outcome.snoozed:
             logger.info("snoozed job=%s attempt=%s worker=%s for %.1fs", *ids, outcome.retry_delay)
@@ -130,8 +134,6 @@ class Events:
             logger.error("failed job=%s attempt=%s worker=%s: %s", *ids, one_line(outcome.last_error or ""))
         elif outcome.status == "cancelled":
             logger.info("cancelled job=%s attempt=%s worker=%s", *ids)
-        else:
-            logger.debug("done job=%s attempt=%s worker=%s", *ids)
 
     def lease_lost(self, job: HeldJob, why: str, *, stale_write: bool = False) -> None:
         """``stale_write``: the worker's own finish was refused by the fence."""

@@ -88,13 +88,15 @@ class Finisher:
         self.events.finish_statement(time.perf_counter() - began)
         written = {(r.id, r.attempt) for r in rows if r.written}
         locked = {(r.id, r.attempt) for r in rows if not r.written}
+        done = [job for job in batch if job.key in written]
+        self.held.finished(done)
+        for job in done:
+            self.events.outcome(job, _outcome(job))
         waiting = []
         for job in batch:
-            key = (job.key.id, job.key.attempt)
-            if key in written:
-                self.held.finished(job)
-                self.events.outcome(job, _outcome(job))
-            elif key in locked:
+            if job.key in written:
+                continue
+            if job.key in locked:
                 if not job.finish_skipped:
                     job.finish_skipped = True
                     self.events.finish_locked(job)

@@ -40,6 +40,9 @@ class Phase(enum.Enum):
     DROPPED = "dropped"  # it no longer holds the job, or gave it back: nothing to write
 
 
+#: The counter a written outcome adds to, where it is not named by its status.
+_COUNTED_AS = {"queued": "retried"}
+
 #: Phases in which the worker holds the job and must keep its lease alive.
 HOLDING = (Phase.BUFFERED, Phase.RUNNING, Phase.SETTLED)
 
@@ -170,16 +173,17 @@ class HeldJobs:
 
     # -- finishing -------------------------------------------------------------
 
-    def finished(self, job: HeldJob) -> None:
-        """Its outcome is written: the job leaves the table and is counted."""
+    def finished(self, jobs: list[HeldJob]) -> None:
+        """Their outcomes are written: the jobs leave the table and are counted (one lock for a batch)."""
         with self.lock:
-            if job.phase is not Phase.SETTLED:
-                return
-            job.phase = Phase.FINISHED
-            self._jobs.pop(job.key, None)
-            assert job.outcome is not None
-            status = "snoozed" if job.outcome.snoozed else job.outcome.status
-            self.counts[{"queued": "retried"}.get(status, status)] += 1
+            for job in jobs:
+                if job.phase is not Phase.SETTLED:
+                    continue
+                job.phase = Phase.FINISHED
+                self._jobs.pop(job.key, None)
+                assert job.outcome is not None
+                status = "snoozed" if job.outcome.snoozed else job.outcome.status
+                self.counts[_COUNTED_AS.get(status, status)] += 1
 
     def drop(self, job: HeldJob, *, lost: bool) -> bool:
         """Forget an attempt (``lost``: it no longer holds its job); False if already gone."""

@@ -95,7 +95,7 @@ class HeldJobsMachine(RuleBasedStateMachine):
         if not settled:
             return
         key = data.draw(st.sampled_from(settled))
-        self.table.finished(self.jobs[key])
+        self.table.finished([self.jobs[key]])
         del self.phase[key]
 
     @rule(data=st.data())
