@@ -9,7 +9,8 @@ own on the same server (``postgresql://postgres@127.0.0.1:5432/<db>``, or
 start two ``runworker`` processes, wait until they listen, make the jobs due
 (with a NOTIFY), wait until all are done, then read the CPU time of the two
 worker processes and of their PostgreSQL backends from ``/proc`` (startup is
-not counted). Wall-clock jobs/s come from the rows' own timestamps. Linux only.
+not counted; the finish and heartbeat connections open during the drain and
+count whole). Wall-clock jobs/s come from the rows' own timestamps. Linux only.
 """
 
 import argparse
@@ -112,6 +113,18 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
                 if time.monotonic() > deadline:
                     raise RuntimeError("the drain did not end within 600 s")
                 time.sleep(0.05)
+            # The finish and heartbeat connections open at their first use, during the drain:
+            # all of their CPU is the drain's.
+            backends += [
+                r[0]
+                for r in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'leasejobs %%cpu-ab-%%'"
+                    " AND pid <> ALL(%s)",
+                    [backends],
+                )
+            ]
+            before.update({pid: 0.0 for pid in backends if pid not in before})
+            pids = [p.pid for p in procs] + backends
             after = {pid: cpu_seconds(pid) for pid in pids}
 
             def used(group: list[int]) -> float:
