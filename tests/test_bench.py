@@ -74,3 +74,23 @@ def test_json_with_a_large_table_shows_the_claim_using_its_partial_index(bench_e
 def test_a_bad_option_is_refused():
     with pytest.raises(CommandError, match="--workers"):
         call_command("leasejobs_bench", "--workers", "0")
+
+
+def test_io_and_cpu_workloads_run_real_work_and_show_the_ideal(bench_env):
+    """Jobs that wait or compute: never faster than the ideal, which the table prints beside them."""
+    common = ["--workers", "1", "--repeat", "1", "--enqueue-jobs", "0", "--latency-jobs", "0",
+              "--worker-log-level", "warning"]  # fmt: skip
+    io_args = ["--jobs", "160", "--concurrency", "16", "--workload", "io", "--io-seconds", "0.05"]
+    output = bench(*common, *io_args)
+    assert "160 waiting (50 ms) jobs per processing run" in output
+    io = jobs_per_s(output, "processing, 1 worker(s) x concurrency 16, WARNING, io jobs")
+    assert 0 < io <= 16 / 0.05 * 1.05  # no-op jobs would run at thousands per second
+    assert re.search(r"\d+% of the ideal 320\b", output)
+
+    cpu_args = ["--jobs", "40", "--concurrency", "2", "--workload", "cpu", "--cpu-seconds", "0.01"]
+    results = json.loads(bench(*common, "--json", *cpu_args))
+    (cpu,) = results["processing"]
+    assert (cpu["workload"], cpu["ideal"]) == ("cpu", 100.0)
+    assert 0 < cpu["median"] <= 100 * 1.05  # one process computes on one core at a time
+    assert results["settings"]["workload"] == {"kind": "cpu", "seconds": 0.01}
+    assert not Job.objects.exists()

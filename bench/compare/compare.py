@@ -49,6 +49,42 @@ PROCRASTINATE_CONFIGS = [
     ("concurrency 16, 2 processes (best)", 2, ["--concurrency", "16"]),
 ]
 
+#: --workload io: every queue runs 64 jobs at once per process, two processes.
+IO_CONFIGS = {
+    "pgqueuer": [("batch 64, 2 processes", 2, ["--batch-size", "64"])],
+    "procrastinate": [("concurrency 64, 2 processes", 2, ["--concurrency", "64"])],
+    "leasejobs": "64",
+}
+#: --workload cpu: each queue's default concurrency, two processes.
+CPU_CONFIGS = {
+    "pgqueuer": [("default (batch 10), 2 processes", 2, ["--batch-size", "10"])],
+    "procrastinate": [("default (concurrency 1), 2 processes", 2, ["--concurrency", "1"])],
+    "leasejobs": "4",
+}
+
+
+class Work:
+    """What each processing job does (``--workload``), and the ideal jobs/s of a configuration."""
+
+    def __init__(self, kind: str, seconds: float) -> None:
+        self.kind = kind
+        self.seconds = seconds
+        #: The peers' entrypoint or task name (leasejobs' bench tasks have the same).
+        self.name = {"noop": "noop", "io": "sleep", "cpu": "spin"}[kind]
+
+    def ideal(self, processes: int, concurrency: int) -> float | None:
+        if self.kind == "io":
+            return processes * concurrency / self.seconds
+        if self.kind == "cpu":
+            return processes / self.seconds
+        return None
+
+    def describe(self) -> str:
+        if self.kind == "noop":
+            return "no-op"
+        what = "waiting (sleep)" if self.kind == "io" else "CPU-bound"
+        return f"{what}, {self.seconds * 1000:g} ms"
+
 
 def peer_dsn(base: str, peer: str) -> str:
     """``base`` with its database replaced by ``leasejobs_compare_<peer>``."""
@@ -115,7 +151,7 @@ class PgQueuerBench:
             conn.execute("TRUNCATE pgqueuer, pgqueuer_log")
             conn.execute("VACUUM ANALYZE pgqueuer")
 
-    async def _enqueue(self, jobs: int, chunk: int | None) -> float:
+    async def _enqueue(self, jobs: int, chunk: int | None, work: Work | None = None) -> float:
         import asyncpg
         from pgqueuer import Queries
         from pgqueuer.db import AsyncpgDriver
@@ -123,23 +159,25 @@ class PgQueuerBench:
         conn = await asyncpg.connect(self.dsn)
         try:
             queries = Queries(AsyncpgDriver(conn))
+            name = work.name if work else "noop"
+            payload = str(work.seconds).encode() if work and work.kind != "noop" else None
             started = time.perf_counter()
             if chunk is None:
                 for _ in range(jobs):
-                    await queries.enqueue("noop", None)
+                    await queries.enqueue(name, payload)
             else:
                 for _ in range(jobs // chunk):
-                    await queries.enqueue(["noop"] * chunk, [None] * chunk, [0] * chunk)
+                    await queries.enqueue([name] * chunk, [payload] * chunk, [0] * chunk)
             return jobs / (time.perf_counter() - started)
         finally:
             await conn.close()
 
-    def enqueue(self, jobs: int, chunk: int | None = None) -> float:
+    def enqueue(self, jobs: int, chunk: int | None = None, work: Work | None = None) -> float:
         self.reset()
-        return asyncio.run(self._enqueue(jobs, chunk))
+        return asyncio.run(self._enqueue(jobs, chunk, work))
 
-    def process(self, jobs: int, processes: int, args: list[str]) -> float:
-        self.enqueue(jobs, 1000)
+    def process(self, jobs: int, processes: int, args: list[str], work: Work | None = None) -> float:
+        self.enqueue(jobs, 1000, work)
         analyze(self.dsn, "pgqueuer")
         cmd = [sys.executable, str(HERE / "run_pgqueuer.py"), "peers:pgqueuer_factory", "--mode", "drain"]
         run_workers([cmd + args] * processes, self.env, timeout=600)
@@ -172,19 +210,22 @@ class ProcrastinateBench:
             conn.execute("TRUNCATE procrastinate_jobs, procrastinate_events CASCADE")
             conn.execute("VACUUM ANALYZE procrastinate_jobs")
 
-    def enqueue(self, jobs: int, chunk: int | None = None) -> float:
+    def enqueue(self, jobs: int, chunk: int | None = None, work: Work | None = None) -> float:
         import peers
 
         self.reset()
         app = peers.procrastinate_sync_app(self.dsn)
+        kwargs = {"seconds": work.seconds} if work and work.kind != "noop" else {}
         with app.open():
-            deferrer = app.configure_task("noop")
+            deferrer = app.configure_task(work.name if work else "noop")
             if chunk is None:
-                return timed(lambda: [deferrer.defer() for _ in range(jobs)], jobs)
-            return timed(lambda: [deferrer.batch_defer(*[{}] * chunk) for _ in range(jobs // chunk)], jobs)
+                return timed(lambda: [deferrer.defer(**kwargs) for _ in range(jobs)], jobs)
+            return timed(
+                lambda: [deferrer.batch_defer(*[kwargs] * chunk) for _ in range(jobs // chunk)], jobs
+            )
 
-    def process(self, jobs: int, processes: int, args: list[str]) -> float:
-        self.enqueue(jobs, 1000)
+    def process(self, jobs: int, processes: int, args: list[str], work: Work | None = None) -> float:
+        self.enqueue(jobs, 1000, work)
         analyze(self.dsn, "procrastinate_jobs")
         cmd = [*self.cli, "--log-level", "warning", "worker", "--one-shot", *args]
         run_workers([cmd] * processes, self.env, timeout=900)
@@ -204,23 +245,33 @@ class ProcrastinateBench:
 # -- leasejobs ----------------------------------------------------------------------
 
 
-def leasejobs(args: argparse.Namespace) -> dict[str, Any]:
+def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
     cmd = [
         args.leasejobs_python,
         str(args.project / "manage.py"),
         "leasejobs_bench",
         "--json",
         "--jobs", str(args.jobs),
-        "--workers", "1,2",
-        "--concurrency", args.leasejobs_concurrency,
         "--repeat", str(args.repeat),
-        "--enqueue-jobs", str(args.enqueue_jobs),
         "--latency-jobs", "0",
-        "--raw-sql",
-        "--raw-batches", "1,10,50",
-        "--raw-clients", "1,2",
         "--worker-log-level", args.leasejobs_log_level,
     ]  # fmt: skip
+    if work.kind == "noop":
+        cmd += [
+            "--workers", "1,2",
+            "--concurrency", args.leasejobs_concurrency,
+            "--enqueue-jobs", str(args.enqueue_jobs),
+            "--raw-sql", "--raw-batches", "1,10,50", "--raw-clients", "1,2",
+        ]  # fmt: skip
+    else:
+        concurrency = (IO_CONFIGS if work.kind == "io" else CPU_CONFIGS)["leasejobs"]
+        cmd += [
+            "--workers", "2",
+            "--concurrency", str(concurrency),
+            "--enqueue-jobs", "0",
+            "--workload", work.kind,
+            f"--{work.kind}-seconds", str(work.seconds),
+        ]  # fmt: skip
     out = subprocess.run(cmd, cwd=args.project, check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
 
@@ -236,14 +287,30 @@ def main() -> None:
     parser.add_argument("--leasejobs-log-level", default="warning,info", help="warning, info or both")
     parser.add_argument("--only", choices=["leasejobs", "pgqueuer", "procrastinate"], action="append")
     parser.add_argument("--json-out", type=Path)
+    parser.add_argument(
+        "--workload",
+        choices=["noop", "io", "cpu"],
+        default="noop",
+        help="noop (the default); io: each job waits --io-seconds, 64 at a time per process; "
+        "cpu: each job spends --cpu-seconds of CPU in pure Python. Two processes each; no enqueue figures.",
+    )
+    parser.add_argument("--io-seconds", type=float, default=0.05)
+    parser.add_argument("--cpu-seconds", type=float, default=0.005)
     args = parser.parse_args()
+    work = Work(args.workload, {"io": args.io_seconds, "cpu": args.cpu_seconds}.get(args.workload, 0.0))
     base = os.environ.get("DATABASE_URL")
     if not base:
         sys.exit("Set DATABASE_URL to a PostgreSQL database (leasejobs uses it; the peers get their own).")
     only = set(args.only or ["leasejobs", "pgqueuer", "procrastinate"])
     load = os.getloadavg()
     rows: list[tuple[str, str, str, float, list[float]]] = []  # what, queue, config, median, runs
-    results: dict[str, Any] = {"load_before": load, "jobs": args.jobs, "repeat": args.repeat}
+    ideals: dict[tuple[str, str], float | None] = {}  # (queue, config): the workload's ideal jobs/s
+    results: dict[str, Any] = {
+        "load_before": load,
+        "jobs": args.jobs,
+        "repeat": args.repeat,
+        "workload": {"kind": work.kind, "seconds": work.seconds},
+    }
 
     def measure(queue: str, config: str, what: str, fn: Callable[[], float]) -> None:
         print(f"... {queue}: {what}, {config}", file=sys.stderr, flush=True)
@@ -252,7 +319,7 @@ def main() -> None:
 
     if "leasejobs" in only:
         print("... leasejobs: manage.py leasejobs_bench --json", file=sys.stderr, flush=True)
-        lj = results["leasejobs"] = leasejobs(args)
+        lj = results["leasejobs"] = leasejobs(args, work)
         if "enqueue" in lj:
             rows.append(("enqueue single", "leasejobs", "task.enqueue()", lj["enqueue"]["single"], []))
             rows.append(("enqueue bulk", "leasejobs", "bulk_enqueue, 1,000/call", lj["enqueue"]["bulk"], []))
@@ -263,30 +330,38 @@ def main() -> None:
         for f in lj["processing"]:
             config = f"concurrency {f['concurrency']}, {f['workers']} process(es), {f['log_level'].upper()}"
             rows.append(("processing", "leasejobs", config, f["median"], f["runs"]))
+            ideals[("leasejobs", config)] = work.ideal(f["workers"], f["concurrency"])
         for r in lj.get("raw_sql", []):
             config = f"{r['batch']} per statement, {r['clients']} client(s)"
             rows.append(("processing", "raw SQL limit", config, r["median"], r["runs"]))
     peers: list[tuple[str, Any, list[tuple[str, int, list[str]]]]] = []
+    configs_by_peer = {"noop": None, "io": IO_CONFIGS, "cpu": CPU_CONFIGS}[work.kind]
     if "pgqueuer" in only:
         dsn = peer_dsn(base, "pgqueuer")
         recreate_database(base, dsn)
-        peers.append(("PgQueuer 1.6", PgQueuerBench(dsn), PGQUEUER_CONFIGS))
+        configs = configs_by_peer["pgqueuer"] if configs_by_peer else PGQUEUER_CONFIGS
+        peers.append(("PgQueuer 1.6", PgQueuerBench(dsn), configs))
     if "procrastinate" in only:
         dsn = peer_dsn(base, "procrastinate")
         recreate_database(base, dsn)
-        peers.append(("procrastinate 3.10", ProcrastinateBench(dsn), PROCRASTINATE_CONFIGS))
+        configs = configs_by_peer["procrastinate"] if configs_by_peer else PROCRASTINATE_CONFIGS
+        peers.append(("procrastinate 3.10", ProcrastinateBench(dsn), configs))
     for name, peer, configs in peers:
-        if args.enqueue_jobs:
+        if args.enqueue_jobs and work.kind == "noop":
             n = args.enqueue_jobs
             measure(name, "one call per job", "enqueue single", lambda p=peer, n=n: p.enqueue(n))
             measure(name, "1,000 per call", "enqueue bulk", lambda p=peer, n=n: p.enqueue(n, 1000))
         for config, processes, extra in configs:
-            run = lambda p=peer, k=processes, e=extra: p.process(args.jobs, k, e)  # noqa: E731
+            run = lambda p=peer, k=processes, e=extra: p.process(args.jobs, k, e, work)  # noqa: E731
             measure(name, config, "processing", run)
+            ideals[(name, config)] = work.ideal(processes, int(extra[-1]))
 
-    results["rows"] = [{"what": w, "queue": q, "config": c, "median": m, "runs": r} for w, q, c, m, r in rows]
+    results["rows"] = [
+        {"what": w, "queue": q, "config": c, "median": m, "runs": r, "ideal": ideals.get((q, c))}
+        for w, q, c, m, r in rows
+    ]
     print(
-        f"\n{args.jobs:,} no-op jobs per processing run, median of {args.repeat}, "
+        f"\n{args.jobs:,} {work.describe()} jobs per processing run, median of {args.repeat}, "
         f"load before {' '.join(f'{x:.2f}' for x in load)}\n"
     )
     width_q = max(len(r[1]) for r in rows)
@@ -295,6 +370,8 @@ def main() -> None:
         print(what)
         for _, q, c, median, runs in sorted((r for r in rows if r[0] == what), key=lambda r: -r[3]):
             detail = f"  (runs: {', '.join(f'{x:,.0f}' for x in runs)})" if runs else ""
+            if ideal := ideals.get((q, c)):
+                detail += f"  {median / ideal:.0%} of the ideal {ideal:,.0f}"
             print(f"  {q:<{width_q}}  {c:<{width_c}}  {median:>9,.0f} jobs/s{detail}")
         print()
     if args.json_out:

@@ -5,12 +5,18 @@ processes (``pgq run peers:pgqueuer_factory``, ``procrastinate --app
 peers.procrastinate_app worker``). Runs in the comparison virtualenv, never
 in leasejobs' own. Each peer gets its own database (``PEER_DSN``).
 
-The job is each peer's native no-op: an ``async def`` that returns at once,
-as in the project's research notes (shared/research/peer-benchmark.md).
+The jobs are each peer's native form, an ``async def``: a no-op that returns
+at once, as in the project's research notes
+(shared/research/peer-benchmark.md); ``sleep``, which awaits
+``asyncio.sleep`` (a job waiting on I/O); and ``spin``, which spends CPU in
+pure Python (it blocks the event loop, as CPU-bound work in an async worker
+does).
 """
 
+import asyncio
 import contextlib
 import os
+import time
 
 import procrastinate
 
@@ -33,6 +39,14 @@ async def pgqueuer_factory():
     async def noop(job) -> None:
         return None
 
+    @pgq.entrypoint("sleep")
+    async def sleep(job) -> None:
+        await asyncio.sleep(float(job.payload))
+
+    @pgq.entrypoint("spin")
+    async def spin(job) -> None:
+        spin_for(float(job.payload))
+
     try:
         yield pgq
     finally:
@@ -47,6 +61,23 @@ procrastinate_app = procrastinate.App(connector=procrastinate.PsycopgConnector(c
 @procrastinate_app.task(name="noop")
 async def noop() -> None:
     return None
+
+
+@procrastinate_app.task(name="sleep")
+async def sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+@procrastinate_app.task(name="spin")
+async def spin(seconds: float) -> None:
+    spin_for(seconds)
+
+
+def spin_for(seconds: float) -> None:
+    """``seconds`` of this thread's CPU in pure Python, as leasejobs' bench ``spin`` task does."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        sum(range(50))
 
 
 def procrastinate_sync_app(dsn: str) -> procrastinate.App:

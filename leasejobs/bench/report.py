@@ -38,7 +38,11 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         if f["table_rows"]:
             label += f", {f['table_rows']:,} finished rows"
         runs = ", ".join(_n(r) for r in f["runs"])
-        rows.append((label, f"{_n(f['median'])} jobs/s  (runs: {runs})"))
+        value = f"{_n(f['median'])} jobs/s  (runs: {runs})"
+        if f.get("ideal"):
+            label += f", {f['workload']} jobs"
+            value += f"  {f['median'] / f['ideal']:.0%} of the ideal {_n(f['ideal'])}"
+        rows.append((label, value))
     for r in results.get("raw_sql", []):
         label = f"raw SQL limit, {r['batch']} per statement, {r['clients']} client(s)"
         rows.append((label, f"{_n(r['median'])} jobs/s"))
@@ -87,6 +91,13 @@ def _cost_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _workload_text(workload: dict[str, Any] | None) -> str:
+    if not workload or workload["kind"] == "noop":
+        return "no-op"
+    what = "waiting" if workload["kind"] == "io" else "CPU-bound"
+    return f"{what} ({workload['seconds'] * 1000:g} ms)"
+
+
 def render(results: dict[str, Any]) -> str:
     """The results as a plain-text table."""
     m = results["machine"]
@@ -96,7 +107,8 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"leasejobs_bench  {m['time']}  PostgreSQL {m['postgresql']}  {m['cpus']} CPUs  "
         f"load {' '.join(str(x) for x in m['load_before'])}",
-        f"{s['jobs']:,} no-op jobs per processing run, median of {s['repeat']}, workers logging at "
+        f"{s['jobs']:,} {_workload_text(s.get('workload'))} jobs per processing run, "
+        f"median of {s['repeat']}, workers logging at "
         f"{' and '.join(s['worker_log_level']).upper()}, "
         f"prefetch {'default' if s['prefetch'] is None else s['prefetch']}",
         "",

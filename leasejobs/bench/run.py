@@ -25,6 +25,39 @@ from leasejobs.conf import db_alias
 VERBOSITY = {"warning": 0, "info": 1}
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What each job of a processing run does (``--workload``).
+
+    ``noop``: nothing, the queue's own cost. ``io``: waits ``seconds`` as a
+    job waiting on a slow service does (``time.sleep``, no GIL held). ``cpu``:
+    spends ``seconds`` of CPU in pure Python.
+    """
+
+    kind: str = "noop"
+    seconds: float = 0.0
+
+    @property
+    def task(self) -> str:
+        return {"noop": "noop", "io": "sleep", "cpu": "spin"}[self.kind]
+
+    @property
+    def args(self) -> tuple[float, ...]:
+        return () if self.kind == "noop" else (self.seconds,)
+
+    def ideal(self, workers: int, concurrency: int) -> float | None:
+        """Jobs/s with a queue that costs nothing: every runner always waiting (io),
+        every process one busy core (cpu); None for no-ops."""
+        if self.kind == "io":
+            return workers * concurrency / self.seconds
+        if self.kind == "cpu":
+            return workers / self.seconds
+        return None
+
+
+NO_OPS = Workload()
+
+
 def percentile(values: list[float], p: float) -> float:
     """The p-th percentile (0-100) by linear interpolation between closest ranks."""
     ordered = sorted(values)
@@ -188,14 +221,15 @@ class Bench:
                     proc.kill()
                     proc.wait()
 
-    def _commit_jobs(self, jobs: int) -> None:
-        """Enqueue ``jobs`` no-op jobs in one transaction: all visible at once."""
-        noop = self.tasks["noop"]
+    def _commit_jobs(self, jobs: int, workload: Workload) -> None:
+        """Enqueue ``jobs`` jobs of the workload in one transaction: all visible at once."""
+        task = self.tasks[workload.task]
+        call: tuple[tuple[float, ...], dict[str, Any]] = (workload.args, {})
         with transaction.atomic(using=db_alias()):
             left = jobs
             while left:
                 n = min(left, 5000)
-                noop.bulk_enqueue([((), {})] * n)
+                task.bulk_enqueue([call] * n)
                 left -= n
 
     def _remaining(self, first_id: int, jobs: int) -> int:
@@ -208,9 +242,16 @@ class Bench:
         return 0 if row is None else max(1, jobs - (int(row[0]) - first_id))
 
     def process(
-        self, jobs: int, workers: int, concurrency: int, prefetch: int | None, timeout: float = 900
+        self,
+        jobs: int,
+        workers: int,
+        concurrency: int,
+        prefetch: int | None,
+        timeout: float = 900,
+        workload: "Workload | None" = None,
     ) -> dict[str, Any]:
-        """Drain ``jobs`` no-op jobs with ``workers`` runworker processes; one run."""
+        """Drain ``jobs`` jobs (no-ops unless ``workload``) with ``workers`` runworker processes; one run."""
+        workload = workload or NO_OPS
         args = ["--concurrency", str(concurrency)]
         if prefetch is not None:
             args += ["--prefetch", str(prefetch)]
@@ -219,7 +260,7 @@ class Bench:
         with self.workers(workers, args) as group:
             rss_idle = max(group.rss_mb(), default=0.0)
             before = self.table_stats()
-            self._commit_jobs(jobs)
+            self._commit_jobs(jobs, workload)
             row = self.conn.execute("SELECT min(id) FROM leasejobs_job WHERE queue = %s", [QUEUE]).fetchone()
             first_id = int(row[0]) if row and row[0] is not None else 0
             bar = Progress(f"{workers} worker(s) x c{concurrency}", jobs, self.progress)
@@ -346,6 +387,7 @@ def run_all(
     ``step`` is told what starts next; ``warn`` what may spoil the figures.
     """
     repeat = options["repeat"]
+    workload = workload_of(options)
     results: dict[str, Any] = {
         "machine": machine(),
         "settings": {
@@ -353,6 +395,7 @@ def run_all(
             "repeat": repeat,
             "prefetch": options["prefetch"],
             "worker_log_level": options["worker_log_level"],
+            "workload": {"kind": workload.kind, "seconds": workload.seconds},
         },
     }
     others = b.other_workers()
@@ -404,21 +447,29 @@ def run_all(
     return results
 
 
+def workload_of(options: dict[str, Any]) -> Workload:
+    """The command's ``--workload`` with its ``--io-seconds`` or ``--cpu-seconds``."""
+    kind = options.get("workload") or "noop"
+    seconds = {"io": options.get("io_seconds"), "cpu": options.get("cpu_seconds")}.get(kind)
+    return Workload(kind, float(seconds or 0.0))
+
+
 def _processing(
     b: Bench, options: dict[str, Any], table_rows: int, step: Callable[[str], None]
 ) -> list[dict[str, Any]]:
+    workload = workload_of(options)
     figures = []
     for level in options["worker_log_level"]:
         b.verbosity = VERBOSITY[level]
         for workers in options["workers"]:
             for concurrency in options["concurrency"]:
                 step(
-                    f"processing {options['jobs']:,} jobs: {workers} worker(s) x concurrency "
+                    f"processing {options['jobs']:,} {workload.kind} jobs: {workers} worker(s) x concurrency "
                     f"{concurrency}, logging {level.upper()}"
                     + (f", {table_rows:,} finished rows in the table" if table_rows else ""),
                 )
                 runs = [
-                    b.process(options["jobs"], workers, concurrency, options["prefetch"])
+                    b.process(options["jobs"], workers, concurrency, options["prefetch"], workload=workload)
                     for _ in range(options["repeat"])
                 ]
                 figures.append(
@@ -427,6 +478,8 @@ def _processing(
                         "concurrency": concurrency,
                         "log_level": level,
                         "table_rows": table_rows,
+                        "workload": workload.kind,
+                        "ideal": workload.ideal(workers, concurrency),
                         "runs": [round(r["jobs_per_s"]) for r in runs],
                         "median": median_of(runs),
                         "updates": sum(r["updates"] for r in runs),

@@ -16,6 +16,7 @@ HISTORY_QUEUE = "leasejobs-bench-history"
 NOOP = "leasejobs.bench.noop"
 STAMP = "leasejobs.bench.stamp"
 SLEEP = "leasejobs.bench.sleep"
+SPIN = "leasejobs.bench.spin"
 
 
 def _noop() -> None:
@@ -28,7 +29,20 @@ def _stamp(enqueued_at: float) -> float:
 
 
 def _sleep(seconds: float) -> None:
+    """Waits as a job that waits on I/O does: the thread holds no GIL meanwhile."""
     time.sleep(seconds)
+
+
+def _spin(seconds: float) -> None:
+    """Spends ``seconds`` of this thread's CPU time in pure Python: a CPU-bound job.
+
+    Measured on the thread's own clock, so a job costs the same CPU however
+    many threads share the process; what a worker adds shows as jobs/s below
+    one core's worth.
+    """
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        sum(range(50))
 
 
 def register_tasks() -> dict[str, Any]:
@@ -37,6 +51,7 @@ def register_tasks() -> dict[str, Any]:
         "noop": task(name=NOOP, queue=QUEUE, max_attempts=1)(_noop),
         "stamp": task(name=STAMP, queue=QUEUE, max_attempts=1)(_stamp),
         "sleep": task(name=SLEEP, queue=QUEUE, max_attempts=1)(_sleep),
+        "spin": task(name=SPIN, queue=QUEUE, max_attempts=1)(_spin),
     }
 
 

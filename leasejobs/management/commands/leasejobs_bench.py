@@ -65,6 +65,20 @@ class Command(BaseCommand):
             help="Runs per figure; the median is shown (3).",
         )
         parser.add_argument(
+            "--workload",
+            choices=["noop", "io", "cpu"],
+            default="noop",
+            help="What each processing job does: nothing (noop, the default), wait on I/O (io: "
+            "--io-seconds of time.sleep) or compute (cpu: --cpu-seconds of pure Python). io and cpu "
+            "show the ideal beside the figure: every runner always waiting, or one busy core per process.",
+        )
+        parser.add_argument(
+            "--io-seconds", type=positive_float, default=0.05, help="An io job's wait (0.05)."
+        )
+        parser.add_argument(
+            "--cpu-seconds", type=positive_float, default=0.005, help="A cpu job's CPU time (0.005)."
+        )
+        parser.add_argument(
             "--enqueue-jobs",
             type=non_negative_int,
             default=10_000,
