@@ -94,3 +94,20 @@ def test_io_and_cpu_workloads_run_real_work_and_show_the_ideal(bench_env):
     assert 0 < cpu["median"] <= 100 * 1.05  # one process computes on one core at a time
     assert results["settings"]["workload"] == {"kind": "cpu", "seconds": 0.01}
     assert not Job.objects.exists()
+
+
+def test_latency_under_load_drains_half_the_measured_rate_meanwhile(bench_env):
+    args = ["--json", "--jobs", "300", "--workers", "2", "--repeat", "1", "--enqueue-jobs", "0",
+            "--latency-jobs", "10", "--latency-rate", "20", "--latency-under-load"]  # fmt: skip
+    results = json.loads(bench(*args))
+    (processing,) = results["processing"]
+    loaded = results["latency_under_load_ms"]
+    assert loaded["jobs"] == 10 and 0 < loaded["p50"] <= loaded["p99"] <= loaded["max"]
+    assert loaded["load_rate"] == processing["median"] / 2
+    assert loaded["load_reached"] > 0
+    assert not Job.objects.exists()
+
+
+def test_latency_under_load_needs_a_rate_or_a_processing_figure(bench_env):
+    with pytest.raises(CommandError, match="--latency-under-load needs --load-rate"):
+        bench("--jobs", "0", "--enqueue-jobs", "0", "--latency-jobs", "2", "--latency-under-load")

@@ -54,6 +54,15 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} ms",
             )
         )
+    if "latency_under_load_ms" in results:
+        lat = results["latency_under_load_ms"]
+        rows.append(
+            (
+                f"latency under load p50 / p95 / p99 ({lat['jobs']} jobs, {_n(lat['load_reached'])} jobs/s "
+                f"enqueued, {lat['left_behind']:,} left queued)",
+                f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f} ms",
+            )
+        )
     return rows
 
 

@@ -6,13 +6,14 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from leasejobs import sql, store
 from leasejobs.bench import raw
@@ -304,26 +305,85 @@ class Bench:
 
     def latency(self, jobs: int, rate: float, concurrency: int) -> dict[str, float]:
         """Enqueue-to-start latency with one idle worker, ``jobs`` jobs at ``rate`` per second."""
-        stamp = self.tasks["stamp"]
         self.clear()
         with self.workers(1, ["--concurrency", str(concurrency)]) as group:
-            ids = []
-            next_at = time.monotonic()
-            for _ in range(jobs):
-                next_at += 1 / rate
-                time.sleep(max(0.0, next_at - time.monotonic()))
-                ids.append(stamp.enqueue(time.time()).id)
-            deadline = time.monotonic() + 30
-            while self._unfinished(ids):
-                group.check_alive()
-                if time.monotonic() > deadline:
-                    raise RuntimeError("latency jobs unfinished after 30 s")
-                time.sleep(0.05)
+            ids = self._probe(group, jobs, rate)
+        figures = self._latencies(ids)
+        self.clear()
+        return figures
+
+    def latency_under_load(
+        self, jobs: int, rate: float, load_rate: float, workers: int, concurrency: int
+    ) -> dict[str, float]:
+        """Enqueue-to-start latency while ``workers`` drain no-op jobs enqueued at ``load_rate`` per second.
+
+        A thread enqueues the load in small bulk inserts every 10 ms from a
+        second before the first probe until the last probe has run; the
+        figures include the load reached and the queue left behind it.
+        """
+        self.clear()
+        stop = threading.Event()
+        loaded = [0]
+
+        def load() -> None:
+            noop = self.tasks["noop"]
+            owed, next_at = 0.0, time.monotonic()
+            try:
+                while not stop.is_set():
+                    next_at += 0.01
+                    owed += load_rate * 0.01
+                    if (n := int(owed)) > 0:
+                        noop.bulk_enqueue_ids([((), {})] * n)
+                        loaded[0] += n
+                        owed -= n
+                    time.sleep(max(0.0, next_at - time.monotonic()))
+            finally:
+                connections.close_all()  # this thread's own
+
+        with self.workers(workers, ["--concurrency", str(concurrency)]) as group:
+            thread = threading.Thread(target=load, name="bench-load")
+            began = time.monotonic()
+            thread.start()
+            try:
+                time.sleep(1.0)
+                ids = self._probe(group, jobs, rate)
+            finally:
+                stop.set()
+                thread.join()
+            seconds = time.monotonic() - began
+            row = self.conn.execute(
+                "SELECT count(*) FROM leasejobs_job WHERE queue = %s AND status IN ('queued', 'running')",
+                [QUEUE],
+            ).fetchone()
+        figures = self._latencies(ids)
+        left_behind = int(row[0]) if row else 0
+        figures.update(load_rate=load_rate, load_reached=loaded[0] / seconds, left_behind=left_behind)
+        self.clear()
+        return figures
+
+    def _probe(self, group: WorkerGroup, jobs: int, rate: float) -> list[int]:
+        """Enqueue ``jobs`` stamp jobs at ``rate`` per second and wait until they ran; their ids."""
+        stamp = self.tasks["stamp"]
+        ids = []
+        next_at = time.monotonic()
+        for _ in range(jobs):
+            next_at += 1 / rate
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            ids.append(stamp.enqueue(time.time()).id)
+        deadline = time.monotonic() + 30
+        while self._unfinished(ids):
+            group.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError("latency jobs unfinished after 30 s")
+            time.sleep(0.05)
+        return ids
+
+    def _latencies(self, ids: list[int]) -> dict[str, float]:
+        """p50, p95, p99 and max of the stamp jobs' enqueue-to-start times, in ms."""
         rows = self.conn.execute(
             "SELECT (result #>> '{}')::float8 FROM leasejobs_job WHERE id = ANY(%s)", [ids]
         ).fetchall()
         ms = [float(r[0]) * 1000 for r in rows]
-        self.clear()
         return {
             "jobs": len(ms),
             "p50": percentile(ms, 50),
@@ -441,10 +501,34 @@ def run_all(
         results["latency_ms"] = b.latency(
             options["latency_jobs"], options["latency_rate"], options["concurrency"][0]
         )
+    if options["latency_jobs"] and options.get("latency_under_load"):
+        workers = max(options["workers"])
+        load_rate = options.get("load_rate") or _half_of_processing(results, workers)
+        step(
+            f"latency under load: {options['latency_jobs']} jobs at {options['latency_rate']:g}/s while "
+            f"{workers} worker(s) drain {load_rate:,.0f} jobs/s"
+        )
+        results["latency_under_load_ms"] = b.latency_under_load(
+            options["latency_jobs"], options["latency_rate"], load_rate, workers, options["concurrency"][0]
+        )
     if options["hot"]:
         step("HOT updates while only heartbeats write")
         results["heartbeat_hot"] = b.heartbeat_hot()
     return results
+
+
+def _half_of_processing(results: dict[str, Any], workers: int) -> float:
+    """Half the no-op jobs/s this run measured with ``workers`` processes (the load of the latency figure)."""
+    medians = [
+        f["median"]
+        for f in results["processing"]
+        if f["workers"] == workers and f["workload"] == "noop" and not f["table_rows"]
+    ]
+    if not medians:
+        raise RuntimeError(
+            f"--latency-under-load needs --load-rate, or a no-op processing figure with {workers} worker(s)"
+        )
+    return float(max(medians)) / 2
 
 
 def workload_of(options: dict[str, Any]) -> Workload:

@@ -94,6 +94,15 @@ class Command(BaseCommand):
             "--latency-rate", type=positive_float, default=20.0, help="Latency jobs enqueued per second (20)."
         )
         parser.add_argument(
+            "--latency-under-load",
+            action="store_true",
+            help="Also measure the latency while the most workers of --workers drain no-op jobs "
+            "enqueued at --load-rate (default: half the jobs/s this run measured with them).",
+        )
+        parser.add_argument(
+            "--load-rate", type=positive_float, metavar="JOBS/S", help="The load of --latency-under-load."
+        )
+        parser.add_argument(
             "--raw-sql",
             action="store_true",
             help="Also measure bare claim + finish statements through psycopg: the limit in this run.",
