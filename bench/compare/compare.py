@@ -27,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -131,6 +132,35 @@ def analyze(dsn: str, table: str) -> None:
         conn.execute(f"ANALYZE {table}")
 
 
+def wait_connected(dsn: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Until a worker is connected to ``dsn``, and a second more for it to LISTEN.
+
+    (A PgQueuer worker's one connection runs its dequeue after LISTEN, so
+    ``pg_stat_activity`` never shows it waiting in LISTEN.)
+    """
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()[0]:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the worker did not connect within 30 s")
+            time.sleep(0.1)
+    time.sleep(1.0)
+
+
+def latencies(ms: list[float]) -> dict[str, float]:
+    """p50, p95, p99 (linear between closest ranks, as leasejobs_bench) and max, in ms."""
+    cuts = statistics.quantiles(ms, n=100, method="inclusive")
+    return {"jobs": len(ms), "p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": max(ms)}
+
+
+def chunks(jobs: int, chunk: int) -> list[int]:
+    """The sizes of the calls that enqueue ``jobs`` at most ``chunk`` at a time."""
+    return [min(chunk, jobs - start) for start in range(0, jobs, chunk)]
+
+
 def timed(fn: Callable[[], None], jobs: int) -> float:
     started = time.perf_counter()
     fn()
@@ -166,8 +196,8 @@ class PgQueuerBench:
                 for _ in range(jobs):
                     await queries.enqueue(name, payload)
             else:
-                for _ in range(jobs // chunk):
-                    await queries.enqueue([name] * chunk, [payload] * chunk, [0] * chunk)
+                for n in chunks(jobs, chunk):
+                    await queries.enqueue([name] * n, [payload] * n, [0] * n)
             return jobs / (time.perf_counter() - started)
         finally:
             await conn.close()
@@ -175,6 +205,50 @@ class PgQueuerBench:
     def enqueue(self, jobs: int, chunk: int | None = None, work: Work | None = None) -> float:
         self.reset()
         return asyncio.run(self._enqueue(jobs, chunk, work))
+
+    async def _stamps(self, jobs: int, rate: float) -> None:
+        """Enqueue ``jobs`` stamp jobs at ``rate`` per second, each carrying its enqueue call's time."""
+        import asyncpg
+        from pgqueuer import Queries
+        from pgqueuer.db import AsyncpgDriver
+
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            queries = Queries(AsyncpgDriver(conn))
+            next_at = time.monotonic()
+            for _ in range(jobs):
+                next_at += 1 / rate
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                await queries.enqueue("stamp", str(time.time()).encode())
+        finally:
+            await conn.close()
+
+    def latency(self, jobs: int, rate: float, args: list[str]) -> dict[str, float]:
+        """Enqueue-to-start latency with one idle worker, as ``leasejobs_bench`` measures its own."""
+        self.reset()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "latency"
+            path.touch()
+            env = {**self.env, "PEER_LATENCY_FILE": str(path)}
+            cmd = [sys.executable, str(HERE / "run_pgqueuer.py"), "peers:pgqueuer_factory", *args]
+            quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
+            proc = subprocess.Popen(cmd, cwd=HERE, env=env, **quiet)
+            try:
+                wait_connected(self.dsn, proc)
+                asyncio.run(self._stamps(jobs, rate))
+                deadline = time.monotonic() + 30
+                while len(path.read_text().split()) < jobs:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError("PgQueuer did not run the latency jobs within 30 s")
+                    time.sleep(0.05)
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            return latencies([float(x) * 1000 for x in path.read_text().split()])
 
     def process(self, jobs: int, processes: int, args: list[str], work: Work | None = None) -> float:
         self.enqueue(jobs, 1000, work)
@@ -220,9 +294,7 @@ class ProcrastinateBench:
             deferrer = app.configure_task(work.name if work else "noop")
             if chunk is None:
                 return timed(lambda: [deferrer.defer(**kwargs) for _ in range(jobs)], jobs)
-            return timed(
-                lambda: [deferrer.batch_defer(*[kwargs] * chunk) for _ in range(jobs // chunk)], jobs
-            )
+            return timed(lambda: [deferrer.batch_defer(*[kwargs] * n) for n in chunks(jobs, chunk)], jobs)
 
     def process(self, jobs: int, processes: int, args: list[str], work: Work | None = None) -> float:
         self.enqueue(jobs, 1000, work)
@@ -253,9 +325,12 @@ def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
         "--json",
         "--jobs", str(args.jobs),
         "--repeat", str(args.repeat),
-        "--latency-jobs", "0",
         "--worker-log-level", args.leasejobs_log_level,
     ]  # fmt: skip
+    if work.kind == "noop" and args.latency_jobs:
+        cmd += ["--latency-jobs", str(args.latency_jobs), "--latency-rate", str(args.latency_rate)]
+    else:
+        cmd += ["--latency-jobs", "0"]
     if work.kind == "noop":
         cmd += [
             "--workers", "1,2",
@@ -294,6 +369,13 @@ def main() -> None:
         help="noop (the default); io: each job waits --io-seconds, 64 at a time per process; "
         "cpu: each job spends --cpu-seconds of CPU in pure Python. Two processes each; no enqueue figures.",
     )
+    parser.add_argument(
+        "--latency-jobs",
+        type=int,
+        default=200,
+        help="Jobs for the idle enqueue-to-start latency of leasejobs and PgQueuer (200; 0 skips).",
+    )
+    parser.add_argument("--latency-rate", type=float, default=20.0, help="Latency jobs per second (20).")
     parser.add_argument("--io-seconds", type=float, default=0.05)
     parser.add_argument("--cpu-seconds", type=float, default=0.005)
     args = parser.parse_args()
@@ -346,7 +428,14 @@ def main() -> None:
         recreate_database(base, dsn)
         configs = configs_by_peer["procrastinate"] if configs_by_peer else PROCRASTINATE_CONFIGS
         peers.append(("procrastinate 3.10", ProcrastinateBench(dsn), configs))
+    latency: list[tuple[str, str, dict[str, float]]] = []  # queue, config, figures
+    if "latency_ms" in results.get("leasejobs", {}):
+        latency.append(("leasejobs", "runworker defaults, 1 process", results["leasejobs"]["latency_ms"]))
     for name, peer, configs in peers:
+        if work.kind == "noop" and args.latency_jobs and isinstance(peer, PgQueuerBench):
+            print(f"... {name}: latency, default (batch 10), 1 process", file=sys.stderr, flush=True)
+            figures = peer.latency(args.latency_jobs, args.latency_rate, ["--batch-size", "10"])
+            latency.append((name, "default (batch 10), 1 process", figures))
         if args.enqueue_jobs and work.kind == "noop":
             n = args.enqueue_jobs
             measure(name, "one call per job", "enqueue single", lambda p=peer, n=n: p.enqueue(n))
@@ -356,6 +445,7 @@ def main() -> None:
             measure(name, config, "processing", run)
             ideals[(name, config)] = work.ideal(processes, int(extra[-1]))
 
+    results["latency"] = [{"queue": q, "config": c, **f} for q, c, f in latency]
     results["rows"] = [
         {"what": w, "queue": q, "config": c, "median": m, "runs": r, "ideal": ideals.get((q, c))}
         for w, q, c, m, r in rows
@@ -373,6 +463,14 @@ def main() -> None:
             if ideal := ideals.get((q, c)):
                 detail += f"  {median / ideal:.0%} of the ideal {ideal:,.0f}"
             print(f"  {q:<{width_q}}  {c:<{width_c}}  {median:>9,.0f} jobs/s{detail}")
+        print()
+    if latency:
+        print(f"idle enqueue-to-start latency, {args.latency_jobs} jobs at {args.latency_rate:g}/s")
+        for q, c, f in latency:
+            print(
+                f"  {q:<{width_q}}  {c:<{width_c}}  p50 {f['p50']:.1f}  p95 {f['p95']:.1f}"
+                f"  p99 {f['p99']:.1f}  max {f['max']:.1f} ms"
+            )
         print()
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2, default=str))

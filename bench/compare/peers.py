@@ -47,6 +47,13 @@ async def pgqueuer_factory():
     async def spin(job) -> None:
         spin_for(float(job.payload))
 
+    @pgq.entrypoint("stamp")
+    async def stamp(job) -> None:
+        """Appends seconds from the enqueue call (the payload: its time.time()) to this body's start."""
+        started = time.time()
+        with open(os.environ["PEER_LATENCY_FILE"], "a") as out:
+            out.write(f"{started - float(job.payload)}\n")
+
     try:
         yield pgq
     finally:
