@@ -111,3 +111,15 @@ def test_latency_under_load_drains_half_the_measured_rate_meanwhile(bench_env):
 def test_latency_under_load_needs_a_rate_or_a_processing_figure(bench_env):
     with pytest.raises(CommandError, match="--latency-under-load needs --load-rate"):
         bench("--jobs", "0", "--enqueue-jobs", "0", "--latency-jobs", "2", "--latency-under-load")
+
+
+def test_a_backlog_is_drained_while_jobs_arrive_and_shown_against_the_empty_table(bench_env):
+    args = ["--json", "--jobs", "300", "--workers", "2", "--repeat", "1", "--enqueue-jobs", "0",
+            "--latency-jobs", "0", "--backlog", "3000", "--arrive-rate", "200"]  # fmt: skip
+    results = json.loads(bench(*args))
+    (empty,) = results["processing"]
+    backlog = results["backlog"]
+    assert (backlog["rows"], backlog["workers"], backlog["arrive_rate"]) == (3000, 2, 200.0)
+    assert backlog["arrived"] > 0  # every one of them done too, or the bench would have said so
+    assert backlog["of_empty"] == backlog["jobs_per_s"] / empty["median"]
+    assert not Job.objects.exists()

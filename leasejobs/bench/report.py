@@ -46,6 +46,18 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     for r in results.get("raw_sql", []):
         label = f"raw SQL limit, {r['batch']} per statement, {r['clients']} client(s)"
         rows.append((label, f"{_n(r['median'])} jobs/s"))
+    if "backlog" in results:
+        bl = results["backlog"]
+        value = f"{_n(bl['jobs_per_s'])} jobs/s"
+        if bl["of_empty"] is not None:
+            value += f"  ({bl['of_empty']:.0%} of the empty table's)"
+        rows.append(
+            (
+                f"backlog of {bl['rows']:,} queued jobs, {bl['workers']} worker(s) x concurrency "
+                f"{bl['concurrency']}, {bl['arrived']:,} enqueued meanwhile",
+                value,
+            )
+        )
     if "latency_ms" in results:
         lat = results["latency_ms"]
         rows.append(

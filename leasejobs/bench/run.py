@@ -59,6 +59,18 @@ class Workload:
 NO_OPS = Workload()
 
 
+@dataclass
+class Arrivals:
+    """Jobs a background enqueuer added (``Bench._arriving``), and over how long."""
+
+    count: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds else 0.0
+
+
 def percentile(values: list[float], p: float) -> float:
     """The p-th percentile (0-100) by linear interpolation between closest ranks."""
     ordered = sorted(values)
@@ -317,49 +329,114 @@ class Bench:
     ) -> dict[str, float]:
         """Enqueue-to-start latency while ``workers`` drain no-op jobs enqueued at ``load_rate`` per second.
 
-        A thread enqueues the load in small bulk inserts every 10 ms from a
-        second before the first probe until the last probe has run; the
-        figures include the load reached and the queue left behind it.
+        The load starts a second before the first probe and lasts until the
+        last probe has run; the figures include the load reached and the
+        queue left behind it.
         """
         self.clear()
-        stop = threading.Event()
-        loaded = [0]
+        with self.workers(workers, ["--concurrency", str(concurrency)]) as group:
+            with self._arriving(load_rate) as load:
+                time.sleep(1.0)
+                ids = self._probe(group, jobs, rate)
+            left_behind = self._queued()
+        figures = self._latencies(ids)
+        figures.update(load_rate=load_rate, load_reached=load.rate, left_behind=left_behind)
+        self.clear()
+        return figures
 
-        def load() -> None:
-            noop = self.tasks["noop"]
+    def backlog(self, rows: int, workers: int, concurrency: int, arrive_rate: float) -> dict[str, Any]:
+        """Drain ``rows`` queued no-op jobs with ``workers`` processes while more arrive at ``arrive_rate``/s.
+
+        The backlog is inserted in one statement and vacuumed, as a queue
+        that fell behind for a while would be; jobs/s counts every job the
+        workers finished, from the first start to the last finish.
+        """
+        self.clear()
+        started = time.monotonic()
+        self.conn.execute(
+            """
+            INSERT INTO leasejobs_job (
+                task_name, queue, priority, args, kwargs, status, attempt, runs, snoozes, max_attempts,
+                run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at
+            )
+            SELECT %(task)s, %(queue)s, 0, '[]', '{}', 'queued', 0, 0, 0, 1,
+                   now(), '', false, '', '[]', '[]', now()
+            FROM generate_series(1, %(rows)s)
+            """,
+            {"task": NOOP, "queue": QUEUE, "rows": rows},
+        )
+        self.conn.execute("VACUUM ANALYZE leasejobs_job")
+        fill_seconds = time.monotonic() - started
+        # The workers start on a full queue (jobs/s counts from the first start).
+        with self.workers(workers, ["--concurrency", str(concurrency)]) as group:
+            deadline = time.monotonic() + 1800
+            with self._arriving(arrive_rate) as arrivals:
+                limit = int(arrive_rate) + 1  # until only about a second of arrivals is left
+                while self._queued(limit) >= limit:
+                    group.check_alive()
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the backlog of {rows:,} jobs was not drained in 30 minutes")
+                    time.sleep(0.5)
+            while self._queued():
+                group.check_alive()
+                time.sleep(0.05)
+        row = self.conn.execute(
+            "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))"
+            " FROM leasejobs_job WHERE queue = %s AND status = 'done'",
+            [QUEUE],
+        ).fetchone()
+        assert row is not None
+        done, seconds = int(row[0]), float(row[1] or 0)
+        if done != rows + arrivals.count:
+            raise RuntimeError(f"{done} of {rows + arrivals.count} backlog jobs done")
+        self.clear()
+        return {
+            "rows": rows,
+            "fill_seconds": fill_seconds,
+            "arrive_rate": arrive_rate,
+            "arrived": arrivals.count,
+            "jobs_per_s": done / seconds if seconds > 0 else float("inf"),
+        }
+
+    def _queued(self, limit: int | None = None) -> int:
+        """Bench jobs not finished yet (counted up to ``limit``: a cheap look at a long queue)."""
+        row = self.conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM leasejobs_job"
+            " WHERE queue = %s AND status IN ('queued', 'running') LIMIT %s) AS q",
+            [QUEUE, limit],
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    @contextlib.contextmanager
+    def _arriving(self, rate: float) -> Iterator["Arrivals"]:
+        """No-op jobs enqueued at ``rate`` per second from a thread, in bulk inserts every 10 ms."""
+        arrivals = Arrivals()
+        stop = threading.Event()
+        noop = self.tasks["noop"]
+
+        def enqueue() -> None:
             owed, next_at = 0.0, time.monotonic()
             try:
                 while not stop.is_set():
                     next_at += 0.01
-                    owed += load_rate * 0.01
+                    owed += rate * 0.01
                     if (n := int(owed)) > 0:
                         noop.bulk_enqueue_ids([((), {})] * n)
-                        loaded[0] += n
+                        arrivals.count += n
                         owed -= n
                     time.sleep(max(0.0, next_at - time.monotonic()))
             finally:
                 connections.close_all()  # this thread's own
 
-        with self.workers(workers, ["--concurrency", str(concurrency)]) as group:
-            thread = threading.Thread(target=load, name="bench-load")
-            began = time.monotonic()
-            thread.start()
-            try:
-                time.sleep(1.0)
-                ids = self._probe(group, jobs, rate)
-            finally:
-                stop.set()
-                thread.join()
-            seconds = time.monotonic() - began
-            row = self.conn.execute(
-                "SELECT count(*) FROM leasejobs_job WHERE queue = %s AND status IN ('queued', 'running')",
-                [QUEUE],
-            ).fetchone()
-        figures = self._latencies(ids)
-        left_behind = int(row[0]) if row else 0
-        figures.update(load_rate=load_rate, load_reached=loaded[0] / seconds, left_behind=left_behind)
-        self.clear()
-        return figures
+        thread = threading.Thread(target=enqueue, name="bench-arrivals")
+        began = time.monotonic()
+        thread.start()
+        try:
+            yield arrivals
+        finally:
+            stop.set()
+            thread.join()
+            arrivals.seconds = time.monotonic() - began
 
     def _probe(self, group: WorkerGroup, jobs: int, rate: float) -> list[int]:
         """Enqueue ``jobs`` stamp jobs at ``rate`` per second and wait until they ran; their ids."""
@@ -511,6 +588,22 @@ def run_all(
         results["latency_under_load_ms"] = b.latency_under_load(
             options["latency_jobs"], options["latency_rate"], load_rate, workers, options["concurrency"][0]
         )
+    if options.get("backlog"):
+        workers, concurrency = max(options["workers"]), options["concurrency"][0]
+        step(
+            f"backlog: {options['backlog']:,} queued jobs drained by {workers} worker(s) while "
+            f"{options['arrive_rate']:,.0f} jobs/s arrive"
+        )
+        backlog = b.backlog(options["backlog"], workers, concurrency, options["arrive_rate"])
+        empty = [
+            f["median"]
+            for f in results["processing"]
+            if (f["workers"], f["concurrency"], f["workload"], f["table_rows"])
+            == (workers, concurrency, "noop", 0)
+        ]
+        backlog.update(workers=workers, concurrency=concurrency)
+        backlog["of_empty"] = backlog["jobs_per_s"] / empty[0] if empty else None
+        results["backlog"] = backlog
     if options["hot"]:
         step("HOT updates while only heartbeats write")
         results["heartbeat_hot"] = b.heartbeat_hot()

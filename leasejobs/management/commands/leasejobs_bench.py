@@ -127,6 +127,21 @@ class Command(BaseCommand):
             help="Then insert N finished jobs and measure processing again (and show the claim plan).",
         )
         parser.add_argument(
+            "--backlog",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Then queue N no-op jobs at once and drain them with the most workers of --workers "
+            "while more arrive at --arrive-rate; shown against the empty table's figure.",
+        )
+        parser.add_argument(
+            "--arrive-rate",
+            type=positive_float,
+            default=1000.0,
+            metavar="JOBS/S",
+            help="Jobs enqueued per second during the --backlog drain (1,000).",
+        )
+        parser.add_argument(
             "--hot",
             action="store_true",
             help="Also measure HOT updates in a window where only heartbeats write (~10 s).",
