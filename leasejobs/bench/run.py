@@ -523,13 +523,12 @@ def run_all(
 
     ``step`` is told what starts next; ``warn`` what may spoil the figures.
     """
-    repeat = options["repeat"]
     workload = workload_of(options)
     results: dict[str, Any] = {
         "machine": machine(),
         "settings": {
             "jobs": options["jobs"],
-            "repeat": repeat,
+            "repeat": options["repeat"],
             "prefetch": options["prefetch"],
             "worker_log_level": options["worker_log_level"],
             "workload": {"kind": workload.kind, "seconds": workload.seconds},
@@ -541,31 +540,7 @@ def run_all(
             f"warning: {others} other leasejobs worker(s) are connected to this database; "
             "if they listen to all queues they take bench jobs and fail them."
         )
-    if options["enqueue_jobs"]:
-        step(f"enqueue {options['enqueue_jobs']:,} jobs, single and bulk")
-        n = options["enqueue_jobs"]
-        results["enqueue"] = {
-            "single": statistics.median(b.enqueue_single(n) for _ in range(repeat)),
-            "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
-            "bulk_ids": statistics.median(b.enqueue_bulk(n, ids=True) for _ in range(repeat)),
-        }
-    if options["raw_sql"] and options["enqueue_jobs"]:
-        n = options["enqueue_jobs"]
-        step(f"raw SQL: insert {n:,} jobs, one and 1,000 per statement")
-        results["raw_insert"] = {
-            "single": statistics.median(raw.raw_insert(b.conn, n, 1) for _ in range(repeat)),
-            "bulk": statistics.median(raw.raw_insert(b.conn, n, 1000) for _ in range(repeat)),
-        }
-    if options["raw_sql"]:
-        results["raw_sql"] = []
-        for batch in options["raw_batches"]:
-            for clients in options["raw_clients"]:
-                jobs = options["raw_jobs"] or min(100_000, 10_000 * batch)
-                step(f"raw SQL: {batch} per statement, {clients} client(s), {jobs:,} jobs")
-                runs = [raw.raw_sql(b.conn, batch, clients, jobs) for _ in range(repeat)]
-                results["raw_sql"].append(
-                    {"batch": batch, "clients": clients, "runs": runs, "median": statistics.median(runs)}
-                )
+    _enqueue_and_raw(b, options, results, step)
     results["processing"] = _processing(b, options, 0, step) if options["jobs"] else []
     if options["table_rows"] and options["jobs"]:
         step(f"insert {options['table_rows']:,} finished jobs")
@@ -573,55 +548,92 @@ def run_all(
         results["table"] = {"rows": options["table_rows"], "prefill_seconds": seconds}
         results["processing"] += _processing(b, options, options["table_rows"], step)
         results["table"]["claim_plan"] = b.claim_plan()
-    if options["latency_jobs"]:
-        step(f"latency: {options['latency_jobs']} jobs at {options['latency_rate']:g}/s")
-        results["latency_ms"] = b.latency(
-            options["latency_jobs"], options["latency_rate"], options["concurrency"][0]
-        )
-    if options["latency_jobs"] and options.get("latency_under_load"):
-        workers = max(options["workers"])
-        load_rate = options.get("load_rate") or _half_of_processing(results, workers)
-        step(
-            f"latency under load: {options['latency_jobs']} jobs at {options['latency_rate']:g}/s while "
-            f"{workers} worker(s) drain {load_rate:,.0f} jobs/s"
-        )
-        results["latency_under_load_ms"] = b.latency_under_load(
-            options["latency_jobs"], options["latency_rate"], load_rate, workers, options["concurrency"][0]
-        )
+    _latency(b, options, results, step)
     if options.get("backlog"):
-        workers, concurrency = max(options["workers"]), options["concurrency"][0]
-        step(
-            f"backlog: {options['backlog']:,} queued jobs drained by {workers} worker(s) while "
-            f"{options['arrive_rate']:,.0f} jobs/s arrive"
-        )
-        backlog = b.backlog(options["backlog"], workers, concurrency, options["arrive_rate"])
-        empty = [
-            f["median"]
-            for f in results["processing"]
-            if (f["workers"], f["concurrency"], f["workload"], f["table_rows"])
-            == (workers, concurrency, "noop", 0)
-        ]
-        backlog.update(workers=workers, concurrency=concurrency)
-        backlog["of_empty"] = backlog["jobs_per_s"] / empty[0] if empty else None
-        results["backlog"] = backlog
+        _backlog(b, options, results, step)
     if options["hot"]:
         step("HOT updates while only heartbeats write")
         results["heartbeat_hot"] = b.heartbeat_hot()
     return results
 
 
-def _half_of_processing(results: dict[str, Any], workers: int) -> float:
-    """Half the no-op jobs/s this run measured with ``workers`` processes (the load of the latency figure)."""
+def _enqueue_and_raw(
+    b: Bench, options: dict[str, Any], results: dict[str, Any], step: Callable[[str], None]
+) -> None:
+    """Enqueue jobs/s, and the raw-SQL limits of inserting and of claim + finish."""
+    repeat, n = options["repeat"], options["enqueue_jobs"]
+    if n:
+        step(f"enqueue {n:,} jobs, single and bulk")
+        results["enqueue"] = {
+            "single": statistics.median(b.enqueue_single(n) for _ in range(repeat)),
+            "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
+            "bulk_ids": statistics.median(b.enqueue_bulk(n, ids=True) for _ in range(repeat)),
+        }
+    if not options["raw_sql"]:
+        return
+    if n:
+        step(f"raw SQL: insert {n:,} jobs, one and 1,000 per statement")
+        results["raw_insert"] = {
+            "single": statistics.median(raw.raw_insert(b.conn, n, 1) for _ in range(repeat)),
+            "bulk": statistics.median(raw.raw_insert(b.conn, n, 1000) for _ in range(repeat)),
+        }
+    results["raw_sql"] = []
+    for batch in options["raw_batches"]:
+        for clients in options["raw_clients"]:
+            jobs = options["raw_jobs"] or min(100_000, 10_000 * batch)
+            step(f"raw SQL: {batch} per statement, {clients} client(s), {jobs:,} jobs")
+            runs = [raw.raw_sql(b.conn, batch, clients, jobs) for _ in range(repeat)]
+            results["raw_sql"].append(
+                {"batch": batch, "clients": clients, "runs": runs, "median": statistics.median(runs)}
+            )
+
+
+def _latency(b: Bench, options: dict[str, Any], results: dict[str, Any], step: Callable[[str], None]) -> None:
+    """Enqueue-to-start latency with an idle worker, and under load if asked."""
+    jobs, rate, concurrency = options["latency_jobs"], options["latency_rate"], options["concurrency"][0]
+    if not jobs:
+        return
+    step(f"latency: {jobs} jobs at {rate:g}/s")
+    results["latency_ms"] = b.latency(jobs, rate, concurrency)
+    if not options.get("latency_under_load"):
+        return
+    workers = max(options["workers"])
+    load_rate = options.get("load_rate")
+    if not load_rate:
+        empty = _empty_table_rate(results, workers, concurrency)
+        if empty is None:
+            raise RuntimeError(
+                "--latency-under-load needs --load-rate, or a no-op processing figure with "
+                f"{workers} worker(s) x concurrency {concurrency}"
+            )
+        load_rate = empty / 2
+    step(f"latency under load: {jobs} jobs at {rate:g}/s, {workers} worker(s) draining {load_rate:,.0f}/s")
+    results["latency_under_load_ms"] = b.latency_under_load(jobs, rate, load_rate, workers, concurrency)
+
+
+def _backlog(b: Bench, options: dict[str, Any], results: dict[str, Any], step: Callable[[str], None]) -> None:
+    """A backlog drained while jobs arrive, against the empty table's jobs/s of this run."""
+    workers, concurrency = max(options["workers"]), options["concurrency"][0]
+    step(
+        f"backlog: {options['backlog']:,} queued jobs drained by {workers} worker(s) while "
+        f"{options['arrive_rate']:,.0f} jobs/s arrive"
+    )
+    backlog = b.backlog(options["backlog"], workers, concurrency, options["arrive_rate"])
+    empty = _empty_table_rate(results, workers, concurrency)
+    backlog.update(workers=workers, concurrency=concurrency)
+    backlog["of_empty"] = backlog["jobs_per_s"] / empty if empty else None
+    results["backlog"] = backlog
+
+
+def _empty_table_rate(results: dict[str, Any], workers: int, concurrency: int) -> float | None:
+    """The best no-op jobs/s this run measured with ``workers`` x ``concurrency`` on the empty table."""
     medians = [
-        f["median"]
+        float(f["median"])
         for f in results["processing"]
-        if f["workers"] == workers and f["workload"] == "noop" and not f["table_rows"]
+        if (f["workers"], f["concurrency"], f["table_rows"]) == (workers, concurrency, 0)
+        and f["workload"] == "noop"
     ]
-    if not medians:
-        raise RuntimeError(
-            f"--latency-under-load needs --load-rate, or a no-op processing figure with {workers} worker(s)"
-        )
-    return float(max(medians)) / 2
+    return max(medians) if medians else None
 
 
 def workload_of(options: dict[str, Any]) -> Workload:
