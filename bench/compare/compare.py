@@ -405,6 +405,9 @@ def main() -> None:
         if "enqueue" in lj:
             rows.append(("enqueue single", "leasejobs", "task.enqueue()", lj["enqueue"]["single"], []))
             rows.append(("enqueue bulk", "leasejobs", "bulk_enqueue, 1,000/call", lj["enqueue"]["bulk"], []))
+            if "bulk_ids" in lj["enqueue"]:
+                ids = lj["enqueue"]["bulk_ids"]
+                rows.append(("enqueue bulk", "leasejobs", "bulk_enqueue_ids, 1,000/call", ids, []))
         if "raw_insert" in lj:
             raw = lj["raw_insert"]
             rows.append(("enqueue single", "raw SQL limit", "prepared INSERT, one row", raw["single"], []))
