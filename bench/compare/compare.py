@@ -52,7 +52,11 @@ PROCRASTINATE_CONFIGS = [
 
 #: --workload io: every queue runs 64 jobs at once per process, two processes.
 IO_CONFIGS = {
-    "pgqueuer": [("batch 64, 2 processes", 2, ["--batch-size", "64"])],
+    # batch_size alone does not bound PgQueuer's jobs in flight: max_concurrent_tasks does
+    # (at least twice the batch).
+    "pgqueuer": [
+        ("batch 32, 64 at once, 2 processes", 2, ["--batch-size", "32", "--max-concurrent-tasks", "64"])
+    ],
     "procrastinate": [("concurrency 64, 2 processes", 2, ["--concurrency", "64"])],
     "leasejobs": "64",
 }

@@ -19,12 +19,14 @@ parser = argparse.ArgumentParser()
 parser.add_argument("factory")
 parser.add_argument("--batch-size", type=int, default=10)
 parser.add_argument("--mode", choices=["continuous", "drain"], default="continuous")
+parser.add_argument("--max-concurrent-tasks", type=int, default=None, help="(pgq run's option of that name)")
 args = parser.parse_args()
 logging.basicConfig(level=logging.WARNING)
 worker = run(
     factories.load_factory(args.factory),
     batch_size=args.batch_size,
     mode=QueueExecutionMode(args.mode),
+    max_concurrent_tasks=args.max_concurrent_tasks,
     dequeue_timeout=timedelta(seconds=30),
 )
 uvloop.run(worker)
