@@ -170,7 +170,7 @@ class Claimer:
                     row.id, row.attempt, row.ended, row.last_error, row.queue, row.task_name
                 )
                 continue
-            job = self._held_job(row, claimed_at)
+            job = self._held_job(row, claimed_at, seconds)
             why = _refusal(job)
             if why is None:
                 jobs.append(job)
@@ -204,7 +204,8 @@ class Claimer:
             )
         return found
 
-    def _held_job(self, row: ClaimedRow, claimed_at: float) -> HeldJob:
+    def _held_job(self, row: ClaimedRow, claimed_at: float, seconds: float) -> HeldJob:
+        """``seconds``: how long the claim took (its lease runs from before it was sent)."""
         task, lease, policy = self._task(row.task_name)
         return HeldJob(
             key=Attempt(row.id, row.attempt),
@@ -221,6 +222,7 @@ class Claimer:
             slots=row.slots,
             waited=row.waited,
             claimed_at=claimed_at,
+            lease_ends=claimed_at - seconds + lease,
             trace_context=row.trace_context,
             snoozes=row.snoozes,
             retry_policy=policy if row.retry_policy is None else retry.policy_for(policy, row.retry_policy),

@@ -100,6 +100,7 @@ class Heartbeater:
 
     def _beat(self, jobs: list[HeldJob], *, lag: float) -> None:
         began = time.perf_counter()
+        sent = time.monotonic()
         try:
             rows = self.store.heartbeat([(j.key, j.lease_seconds) for j in jobs], [j.slots for j in jobs])
         except CONNECTION_ERRORS as exc:  # includes statement and lock timeouts
@@ -118,3 +119,5 @@ class Heartbeater:
                     self.events.lease_lost(job, f"heartbeat found the job {why}")
             elif not row.renewed:
                 self.events.heartbeat_skipped(job)
+            else:
+                job.lease_ends = sent + job.lease_seconds

@@ -71,6 +71,10 @@ class HeldJob:
     #: time of the claim: together the job's queue time when its body starts.
     waited: float = 0.0
     claimed_at: float = 0.0
+    #: Monotonic time until which the lease surely holds: from just before the
+    #: claim (or the last heartbeat that renewed it) plus the lease. A body
+    #: whose buffered job outlived it (its worker was paused) never starts.
+    lease_ends: float = float("inf")
     #: The W3C trace context stored at enqueue, for the attempt's span.
     trace_context: Any = None
     #: Times the job snoozed before this claim, and the retry policy it runs under.

@@ -57,6 +57,12 @@ class Runners:
         if job.ctx.cancel_requested:
             self._settle(job, outcomes.cancelled_before_start())
             return
+        if started >= job.lease_ends:
+            # Its worker was paused (SIGSTOP, a stopped VM) while the job waited
+            # for a runner: another worker may hold it, and a place under a limit.
+            if self.held.drop(job, lost=True):
+                self.events.lease_lost(job, "its lease ran out before its body started")
+            return
         if not job.counted and job.taken_over and not self._mark_started(job):
             return
         job.started = True
