@@ -37,29 +37,28 @@ primary key is the only index left for the probe.
 #: ``delay`` counts from this statement (``statement_timestamp()``), not from
 #: the start of the caller's transaction (``now()``): enqueued late in a long
 #: transaction, a job with ``delay=1`` must still wait a second.
+#:
+#: The NOTIFY is a ``RETURNING`` expression, so it runs only for a row that was
+#: inserted: one plain INSERT, where a CTE around it cost about a sixth of a
+#: single enqueue (planning and running the extra nodes).
 ENQUEUE = """
-WITH inserted AS (
-    INSERT INTO leasejobs_job (
-        task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
-        run_at, leased_by, cancel_requested, idempotency_key, last_error,
-        errors, worker_ids, created_at, trace_context, snoozes, retry_policy,
-        concurrency_key, concurrency_limit
-    )
-    VALUES (
-        %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-        'queued', 0, %(max_attempts)s,
-        COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
-        '', false, %(idempotency_key)s, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
-        0, %(retry_policy)s::jsonb,
-        %(concurrency_key)s, %(concurrency_limit)s
-    )
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, run_at, created_at
-),
-notified AS (
-    SELECT pg_notify(%(channel)s, %(queue)s) FROM inserted WHERE run_at <= statement_timestamp()
+INSERT INTO leasejobs_job (
+    task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
+    run_at, leased_by, cancel_requested, idempotency_key, last_error,
+    errors, worker_ids, created_at, trace_context, snoozes, retry_policy,
+    concurrency_key, concurrency_limit
 )
-SELECT id, run_at, created_at, (SELECT count(*) FROM notified) FROM inserted
+VALUES (
+    %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+    'queued', 0, %(max_attempts)s,
+    COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
+    '', false, %(idempotency_key)s, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
+    0, %(retry_policy)s::jsonb,
+    %(concurrency_key)s, %(concurrency_limit)s
+)
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, run_at, created_at,
+    CASE WHEN run_at <= statement_timestamp() THEN pg_notify(%(channel)s, %(queue)s)::text END
 """
 
 #: Insert many jobs of one task with the same options in one statement, in

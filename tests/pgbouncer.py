@@ -7,6 +7,7 @@ user can read. It is stopped by its pid. The config is a typical one: pool
 mode ``transaction``, no ``ignore_startup_parameters``, a small pool.
 """
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -15,7 +16,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from django.db import connection
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
@@ -96,3 +100,24 @@ class PgBouncer:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def django_through(bouncer: PgBouncer, *, disable_server_side_cursors: bool = True) -> Iterator[None]:
+    """This process's own Django connection through ``bouncer``, then direct again.
+
+    ``disable_server_side_cursors``: what Django (and the check
+    ``leasejobs.E010``) asks for behind a transaction pooler; False plays a
+    project that missed it.
+    """
+    saved = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict.update(
+        HOST="127.0.0.1", PORT=str(bouncer.port), DISABLE_SERVER_SIDE_CURSORS=disable_server_side_cursors
+    )
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)

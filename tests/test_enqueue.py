@@ -46,8 +46,53 @@ def test_workers_are_notified_on_commit_only():
         # A job scheduled for later wakes nobody: the poll finds it when due.
         add.using(delay=60).enqueue(1, 1)
         assert list(listener.notifies(timeout=0.3)) == []
+        # Nor does an idempotency key already used: no job was inserted.
+        add.using(idempotency_key="once").enqueue(1, 1)
+        assert len(list(listener.notifies(timeout=2, stop_after=1))) == 1
+        add.using(idempotency_key="once").enqueue(1, 1)
+        assert list(listener.notifies(timeout=0.3)) == []
     finally:
         listener.close()
+
+
+def prepared_enqueues() -> int:
+    """Prepared statements of this session (Django's connection) that insert jobs."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%INSERT INTO leasejobs_job%'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_single_enqueue_is_prepared_on_djangos_connection_and_planned_once():
+    first = add.enqueue(1, 1)
+    assert prepared_enqueues() == 1
+    with transaction.atomic():
+        jobs = [add.using(priority=p, delay=p).enqueue(p, p) for p in range(5)]
+    assert prepared_enqueues() == 1
+    assert [(j.args, j.priority) for j in Job.objects.exclude(id=first.id).order_by("id")] == [
+        ([p, p], p) for p in range(5)
+    ]
+    assert [j.id for j in jobs] == sorted(j.id for j in jobs)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"DISABLE_SERVER_SIDE_CURSORS": True}, {"OPTIONS": {"prepare_threshold": None}}],
+    ids=["DISABLE_SERVER_SIDE_CURSORS", "prepare_threshold None"],
+)
+def test_a_database_setting_made_for_transaction_poolers_keeps_enqueue_unprepared(setting):
+    saved = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict.update(setting)
+    try:
+        jobs = [add.enqueue(i, i) for i in range(3)]
+        assert prepared_enqueues() == 0
+        assert Job.objects.filter(id__in=[j.id for j in jobs]).count() == 3
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
 
 
 def test_bulk_enqueue_inserts_many_jobs_in_one_statement():

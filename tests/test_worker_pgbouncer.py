@@ -8,6 +8,7 @@ the mode the worker detects, polling without a direct connection, and the
 settings that cannot work through a pooler.
 """
 
+import contextlib
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -18,7 +19,7 @@ from leasejobs import pooling
 from leasejobs.connection import database_url
 from leasejobs.models import Job
 from tests.helpers import WorkerProcess, wait_until
-from tests.pgbouncer import PgBouncer
+from tests.pgbouncer import PgBouncer, django_through
 from tests.test_admin import act
 from tests.test_worker import (  # noqa: F401 (collected here a second time, through PgBouncer)
     job_now,
@@ -117,18 +118,8 @@ def test_a_setting_that_cannot_work_through_the_pooler_stops_the_worker_in_one_s
 @pytest.fixture
 def via_pgbouncer(pgbouncer: PgBouncer) -> Iterator[Callable[[], None]]:
     """This test process's own Django connection through PgBouncer too (after its workers started)."""
-    saved = dict(connection.settings_dict)
-
-    def switch() -> None:
-        connection.close()
-        connection.settings_dict.update(
-            HOST="127.0.0.1", PORT=str(pgbouncer.port), DISABLE_SERVER_SIDE_CURSORS=True
-        )
-
-    yield switch
-    connection.close()
-    connection.settings_dict.clear()
-    connection.settings_dict.update(saved)
+    with contextlib.ExitStack() as stack:
+        yield lambda: stack.enter_context(django_through(pgbouncer))
 
 
 def test_enqueue_side_effects_and_admin_actions_through_pgbouncer(start_worker, via_pgbouncer, admin_user):

@@ -408,6 +408,9 @@ def main() -> None:
         lj = results["leasejobs"] = leasejobs(args, work)
         if "enqueue" in lj:
             rows.append(("enqueue single", "leasejobs", "task.enqueue()", lj["enqueue"]["single"], []))
+            if "bare_insert_django" in lj["enqueue"]:
+                bare = lj["enqueue"]["bare_insert_django"]
+                rows.append(("enqueue single", "bare INSERT", "one row, Django's connection", bare, []))
             rows.append(("enqueue bulk", "leasejobs", "bulk_enqueue, 1,000/call", lj["enqueue"]["bulk"], []))
             if "bulk_ids" in lj["enqueue"]:
                 ids = lj["enqueue"]["bulk_ids"]

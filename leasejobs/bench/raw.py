@@ -1,7 +1,8 @@
 """The raw-SQL limit: the least a lease queue must do, with no Python job handling.
 
 A fenced claim and a fenced finish of ``batch`` jobs per statement, and bare
-INSERTs, with prepared statements through psycopg on a table of their own.
+INSERTs, with prepared statements through psycopg on a table of their own;
+and the bare one-row INSERT through Django's connection, as ``enqueue()`` runs.
 It bounds what any Python worker can reach on this machine in this run.
 ``admin`` is the bench's own autocommit connection, which creates and drops
 the table.
@@ -13,8 +14,10 @@ import time
 from typing import Any
 
 import psycopg
+from django.db import connections
 
 from leasejobs.bench.db import CLAIM_SESSION, connect
+from leasejobs.conf import db_alias
 
 #: The raw-SQL table: the columns a lease queue cannot do without.
 RAW_TABLE = "leasejobs_bench_raw"
@@ -82,6 +85,23 @@ def raw_insert(admin: psycopg.Connection[Any], jobs: int, per_statement: int) ->
             for _ in range(max(1, jobs // per_statement)):
                 conn.execute(RAW_INSERT_MANY, {"priorities": [0] * per_statement}).fetchall()
         rate = max(1, jobs // per_statement) * per_statement / (time.perf_counter() - started)
+    admin.execute(f"DROP TABLE {RAW_TABLE}")
+    return rate
+
+
+def raw_insert_django(admin: psycopg.Connection[Any], jobs: int) -> float:
+    """Jobs/s of the bare one-row INSERT through Django's connection, as Django binds it.
+
+    The reference of a single ``enqueue()``, which runs on that connection too.
+    """
+    for statement in RAW_SETUP:
+        admin.execute(statement)
+    with connections[db_alias()].cursor() as cursor:
+        started = time.perf_counter()
+        for _ in range(jobs):
+            cursor.execute(RAW_INSERT, {"priority": 0})
+            cursor.fetchall()
+        rate = jobs / (time.perf_counter() - started)
     admin.execute(f"DROP TABLE {RAW_TABLE}")
     return rate
 

@@ -11,20 +11,24 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     """Jobs/s of enqueue, processing and the raw-SQL limit, and the latency."""
     rows: list[tuple[str, str]] = []
     if "enqueue" in results:
-        rows.append(
-            (
-                "enqueue, single (task.enqueue, Django connection)",
-                _n(results["enqueue"]["single"]) + " jobs/s",
+        enqueue = results["enqueue"]
+        single = _n(enqueue["single"]) + " jobs/s"
+        if "bare_insert_django" in enqueue:
+            single += f"  ({enqueue['single'] / enqueue['bare_insert_django']:.0%} of the bare INSERT)"
+        rows.append(("enqueue, single (task.enqueue, Django connection)", single))
+        if "bare_insert_django" in enqueue:
+            rows.append(
+                (
+                    "bare INSERT, one row per statement (same Django connection)",
+                    _n(enqueue["bare_insert_django"]) + " jobs/s",
+                )
             )
-        )
-        rows.append(
-            ("enqueue, bulk (bulk_enqueue, 1,000 per call)", _n(results["enqueue"]["bulk"]) + " jobs/s")
-        )
-        if "bulk_ids" in results["enqueue"]:
+        rows.append(("enqueue, bulk (bulk_enqueue, 1,000 per call)", _n(enqueue["bulk"]) + " jobs/s"))
+        if "bulk_ids" in enqueue:
             rows.append(
                 (
                     "enqueue, bulk ids (bulk_enqueue_ids, 1,000 per call)",
-                    _n(results["enqueue"]["bulk_ids"]) + " jobs/s",
+                    _n(enqueue["bulk_ids"]) + " jobs/s",
                 )
             )
     if "raw_insert" in results:

@@ -563,9 +563,14 @@ def _enqueue_and_raw(
     """Enqueue jobs/s, and the raw-SQL limits of inserting and of claim + finish."""
     repeat, n = options["repeat"], options["enqueue_jobs"]
     if n:
-        step(f"enqueue {n:,} jobs, single and bulk")
+        step(f"enqueue {n:,} jobs, single (beside a bare INSERT on the same connection) and bulk")
+        # Alternated, so that both see the same disk: each commit waits for its flush.
+        single, bare = zip(
+            *((b.enqueue_single(n), raw.raw_insert_django(b.conn, n)) for _ in range(repeat)), strict=True
+        )
         results["enqueue"] = {
-            "single": statistics.median(b.enqueue_single(n) for _ in range(repeat)),
+            "single": statistics.median(single),
+            "bare_insert_django": statistics.median(bare),
             "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
             "bulk_ids": statistics.median(b.enqueue_bulk(n, ids=True) for _ in range(repeat)),
         }
