@@ -46,8 +46,12 @@ def encode_payload(
 
     ``limit``: that setting, when the caller read it once for many jobs.
     """
-    args_json = encode_json(list(args), f"the arguments of {task_name}")
-    kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
+    try:  # most calls: no arguments, or plain ones; the error message only when needed
+        args_json = _ENCODER.encode(args if type(args) is list else list(args)) if args else "[]"
+        kwargs_json = _ENCODER.encode(kwargs if type(kwargs) is dict else dict(kwargs)) if kwargs else "{}"
+    except (TypeError, ValueError):
+        args_json = encode_json(list(args), f"the arguments of {task_name}")
+        kwargs_json = encode_json(dict(kwargs), f"the keyword arguments of {task_name}")
     if limit is None:
         limit = conf.get("MAX_PAYLOAD_BYTES")
     size = len(args_json) + len(kwargs_json)  # json.dumps escapes to ASCII: chars are bytes

@@ -68,6 +68,11 @@ RETURNING id, run_at, created_at,
 #: idempotency key (a bulk enqueue cannot share one), so no conflict to
 #: handle. One NOTIFY for the queue if the jobs are due. All rows share one
 #: trace context (the bulk enqueue's span), or none.
+#:
+#: One row comes back: the ids in input order (they are drawn in the order the
+#: rows are inserted), and the run_at and created_at every row shares (both
+#: are fixed for the statement). A row per job with its two timestamps cost
+#: the client about a fifth of a bulk enqueue to read.
 BULK_ENQUEUE = """
 WITH inserted AS (
     INSERT INTO leasejobs_job (
@@ -90,9 +95,8 @@ notified AS (
     SELECT pg_notify(%(channel)s, %(queue)s)
     WHERE EXISTS (SELECT 1 FROM inserted WHERE run_at <= statement_timestamp())
 )
-SELECT i.id, i.run_at, i.created_at, (SELECT count(*) FROM notified)
+SELECT array_agg(i.id ORDER BY i.id), min(i.run_at), min(i.created_at), (SELECT count(*) FROM notified)
 FROM inserted AS i
-ORDER BY i.id
 """
 
 #: The places of a concurrency key's limit (1..limit), made when a job with

@@ -7,9 +7,11 @@ import time
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from leasejobs import RetryPolicy
 from leasejobs.connection import connection_params
 from leasejobs.models import Job
 from tests.testapp.tasks import add, record
@@ -53,6 +55,40 @@ def test_workers_are_notified_on_commit_only():
         assert list(listener.notifies(timeout=0.3)) == []
     finally:
         listener.close()
+
+
+def fields(job: Job) -> dict[str, object]:
+    return {f.attname: getattr(job, f.attname) for f in Job._meta.concrete_fields}
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["no receivers", "a post_init receiver"])
+def test_the_jobs_enqueue_returns_are_the_rows_as_django_reads_them(listening):
+    """Built without reading back (and without Model.__init__ when no signal receiver listens)."""
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    if listening:
+        post_init.connect(receiver, sender=Job)
+    try:
+        returned = [
+            add.using(priority=7, delay=30, retry=RetryPolicy(backoff="fixed", base_seconds=2)).enqueue(
+                1, b=2
+            ),
+            *record.using(queue="bulk", priority=-3).bulk_enqueue([((i,), {"k": [i]}) for i in range(3)]),
+        ]
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert len(seen) == (4 if listening else 0)
+    for job in returned:
+        stored = Job.objects.get(pk=job.pk)
+        assert fields(job) == fields(stored)
+        assert (job._state.adding, job._state.db) == (False, stored._state.db)
+    returned[1].errors.append("only this job's")
+    assert returned[2].errors == []  # no list shared between jobs
+    returned[0].save(update_fields=["priority"])  # an UPDATE of a saved row, not an INSERT
+    assert Job.objects.count() == 4
 
 
 def prepared_enqueues() -> int:
