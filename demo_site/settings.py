@@ -67,6 +67,12 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DJANGO_CONN_MAX_AGE", default=60
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DJANGO_DISABLE_SERVER_SIDE_CURSORS", default=False
 )
+# Let psycopg prepare Django's statements (enqueue's INSERT among them) after
+# this many uses; not through a transaction pooler. Unset: Django's default.
+if env.str("DJANGO_PREPARE_THRESHOLD", default=""):
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=env.int("DJANGO_PREPARE_THRESHOLD")
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True

@@ -8,20 +8,16 @@ checked here, where the caller can still see the error.
 """
 
 import datetime as dt
-import logging
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import psycopg
-from django.db import DatabaseError, connections
+from django.db import connections
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
 from leasejobs import conf, sql, tracing
 from leasejobs.conf import db_alias
-from leasejobs.connection import PREPARED_STATEMENT_ERRORS
 from leasejobs.limits import encode_json, encode_payload
 from leasejobs.models import Job
 from leasejobs.validators import (
@@ -31,8 +27,6 @@ from leasejobs.validators import (
     validate_priority,
     validate_queue,
 )
-
-logger = logging.getLogger("leasejobs.enqueue")
 
 
 @dataclass(frozen=True)
@@ -222,119 +216,31 @@ def insert(spec: JobSpec) -> Job:
 
 
 def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
-    row = _execute_enqueue(
-        {
-            "task_name": spec.task_name,
-            "queue": spec.queue,
-            "priority": spec.priority,
-            "args": spec.args_json,
-            "kwargs": spec.kwargs_json,
-            "max_attempts": spec.max_attempts,
-            "run_at": spec.run_at,
-            "delay": spec.delay,
-            "idempotency_key": spec.idempotency_key,
-            "concurrency_key": spec.concurrency_key,
-            "concurrency_limit": spec.concurrency_limit,
-            "retry_policy": _policy_json(spec.retry_policy),
-            "channel": conf.get("NOTIFY_CHANNEL"),
-            "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
-        }
-    )
-    if spec.concurrency_key is not None:
-        with connections[db_alias()].cursor() as cursor:
-            _make_key_slots(cursor, spec)
+    with connections[db_alias()].cursor() as cursor:
+        cursor.execute(
+            sql.ENQUEUE,
+            {
+                "task_name": spec.task_name,
+                "queue": spec.queue,
+                "priority": spec.priority,
+                "args": spec.args_json,
+                "kwargs": spec.kwargs_json,
+                "max_attempts": spec.max_attempts,
+                "run_at": spec.run_at,
+                "delay": spec.delay,
+                "idempotency_key": spec.idempotency_key,
+                "concurrency_key": spec.concurrency_key,
+                "concurrency_limit": spec.concurrency_limit,
+                "retry_policy": _policy_json(spec.retry_policy),
+                "channel": conf.get("NOTIFY_CHANNEL"),
+                "trace_context": None if trace_context is None else encode_json(trace_context, "trace"),
+            },
+        )
+        row = cursor.fetchone()
+        _make_key_slots(cursor, spec)
     if row is None:
         return Job.objects.using(db_alias()).get(idempotency_key=spec.idempotency_key)
     return _jobs(spec, [(spec.args, spec.kwargs)], [row[0]], row[1], row[2], trace_context)[0]
-
-
-class _PreparingCursor(psycopg.Cursor[Any]):
-    """A psycopg cursor that binds server-side and prepares each statement it runs.
-
-    Django connects with ``prepare_threshold=None`` unless OPTIONS sets it,
-    and psycopg then prepares nothing, even when asked to: the threshold is
-    lifted for this cursor's statement only. (Django's own cursors bind
-    client-side, where nothing is ever prepared.)
-    """
-
-    def execute(
-        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
-    ) -> Any:
-        connection = self.connection
-        threshold = connection.prepare_threshold
-        if threshold is None:
-            connection.prepare_threshold = 0
-        try:
-            return super().execute(query, params, prepare=prepare is not False, binary=binary)
-        finally:
-            connection.prepare_threshold = threshold
-
-
-#: Each Django connection's preparing cursor, kept open: a new cursor would
-#: look up the dumper of every parameter again (about a tenth of an enqueue).
-#: Django's connections are per thread, and so is each cursor.
-_cursors: "weakref.WeakKeyDictionary[Any, _PreparingCursor]" = weakref.WeakKeyDictionary()
-
-#: False once a prepared enqueue failed in this process (a transaction pooler
-#: lent the session to another backend): from then on, Django's own cursor.
-_prepare = True
-
-
-def _execute_enqueue(params: dict[str, Any]) -> Any:
-    """Run ``ENQUEUE`` on Django's connection, prepared where that is safe; its row, or None.
-
-    Django binds client-side, so PostgreSQL parses and plans each statement
-    anew: for ``ENQUEUE`` that took about as long as running it, and a single
-    enqueue reached about 60 % of a bare one-row INSERT. Prepared once per
-    connection, it is planned once. Not where DATABASES says the connection
-    may be lent out per transaction (``DISABLE_SERVER_SIDE_CURSORS``, which
-    Django and the check ``leasejobs.E010`` ask for behind a transaction
-    pooler; a prepared statement does not survive the transaction there), nor
-    where ``OPTIONS["prepare_threshold"]`` is set to None. Should a pooler be
-    there anyway, the failed statement is run again unprepared when it ran
-    alone (autocommit), and refused in one sentence inside a transaction
-    (which is broken by then); either way this process stops preparing.
-    """
-    global _prepare
-    connection = connections[db_alias()]
-    if not (_prepare and _may_prepare(connection.settings_dict)):
-        with connection.cursor() as unprepared:
-            unprepared.execute(sql.ENQUEUE, params)
-            return unprepared.fetchone()
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    kept = _cursors.get(connection)
-    if kept is None or kept.closed or kept.connection is not connection.connection:
-        kept = _cursors[connection] = _PreparingCursor(connection.connection)
-    try:
-        wrapped = connection._prepare_cursor(kept)  # type: ignore[attr-defined]
-        wrapped.execute(sql.ENQUEUE, params)
-        return wrapped.fetchone()
-    except DatabaseError as exc:
-        if not isinstance(exc.__cause__, PREPARED_STATEMENT_ERRORS):
-            raise
-        _prepare = False
-        where = f"DATABASES[{connection.alias!r}]"
-        logger.warning(
-            "enqueue: a prepared statement failed (%s): %s goes through a transaction pooler; set "
-            "DISABLE_SERVER_SIDE_CURSORS to True there. This process no longer prepares.",
-            exc.__cause__,
-            where,
-        )
-        if connection.in_atomic_block:
-            raise DatabaseError(
-                f"{where} goes through a transaction pooler, where the enqueue's prepared statement "
-                "failed and broke this transaction: set DISABLE_SERVER_SIDE_CURSORS to True there."
-            ) from exc
-        return _execute_enqueue(params)
-
-
-def _may_prepare(settings: dict[str, Any]) -> bool:
-    """Whether this DATABASES entry allows server-side prepared statements (see ``_execute_enqueue``)."""
-    options = settings.get("OPTIONS", {})
-    return not settings.get("DISABLE_SERVER_SIDE_CURSORS") and (
-        "prepare_threshold" not in options or options["prepare_threshold"] is not None
-    )
 
 
 def _make_key_slots(cursor: Any, spec: JobSpec) -> None:

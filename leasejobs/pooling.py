@@ -131,8 +131,7 @@ def problems(alias: str | None = None) -> list[str]:
     Django's own connections must not use server-side prepared statements
     (psycopg's default ``prepare_threshold`` of 5 applies when
     ``server_side_binding`` is on) nor server-side cursors (``.iterator()``
-    holds a cursor across transactions). Without ``DISABLE_SERVER_SIDE_CURSORS``
-    a single ``enqueue()`` prepares its INSERT too.
+    holds a cursor across transactions).
     """
     alias = alias or db_alias()
     settings = connections.settings[alias]
@@ -146,6 +145,6 @@ def problems(alias: str | None = None) -> list[str]:
     if not settings.get("DISABLE_SERVER_SIDE_CURSORS"):
         found.append(
             f"DATABASES[{alias!r}] goes through a transaction pooler: set DISABLE_SERVER_SIDE_CURSORS "
-            "to True there, or .iterator() and enqueue's prepared statement break."
+            "to True there, or .iterator() breaks."
         )
     return found

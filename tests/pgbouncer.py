@@ -103,17 +103,16 @@ class PgBouncer:
 
 
 @contextlib.contextmanager
-def django_through(bouncer: PgBouncer, *, disable_server_side_cursors: bool = True) -> Iterator[None]:
+def django_through(bouncer: PgBouncer) -> Iterator[None]:
     """This process's own Django connection through ``bouncer``, then direct again.
 
-    ``disable_server_side_cursors``: what Django (and the check
-    ``leasejobs.E010``) asks for behind a transaction pooler; False plays a
-    project that missed it.
+    With ``DISABLE_SERVER_SIDE_CURSORS``, as Django and the check
+    ``leasejobs.E010`` ask for behind a transaction pooler.
     """
     saved = dict(connection.settings_dict)
     connection.close()
     connection.settings_dict.update(
-        HOST="127.0.0.1", PORT=str(bouncer.port), DISABLE_SERVER_SIDE_CURSORS=disable_server_side_cursors
+        HOST="127.0.0.1", PORT=str(bouncer.port), DISABLE_SERVER_SIDE_CURSORS=True
     )
     try:
         yield

@@ -91,44 +91,34 @@ def test_the_jobs_enqueue_returns_are_the_rows_as_django_reads_them(listening):
     assert Job.objects.count() == 4
 
 
-def prepared_enqueues() -> int:
-    """Prepared statements of this session (Django's connection) that insert jobs."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%INSERT INTO leasejobs_job%'"
-        )
-        return int(cursor.fetchone()[0])
-
-
-def test_a_single_enqueue_is_prepared_on_djangos_connection_and_planned_once():
-    first = add.enqueue(1, 1)
-    assert prepared_enqueues() == 1
-    with transaction.atomic():
-        jobs = [add.using(priority=p, delay=p).enqueue(p, p) for p in range(5)]
-    assert prepared_enqueues() == 1
-    assert [(j.args, j.priority) for j in Job.objects.exclude(id=first.id).order_by("id")] == [
-        ([p, p], p) for p in range(5)
-    ]
-    assert [j.id for j in jobs] == sorted(j.id for j in jobs)
-
-
-@pytest.mark.parametrize(
-    "setting",
-    [{"DISABLE_SERVER_SIDE_CURSORS": True}, {"OPTIONS": {"prepare_threshold": None}}],
-    ids=["DISABLE_SERVER_SIDE_CURSORS", "prepare_threshold None"],
-)
-def test_a_database_setting_made_for_transaction_poolers_keeps_enqueue_unprepared(setting):
+def test_with_server_side_binding_and_a_prepare_threshold_enqueue_is_prepared_and_still_correct():
+    """The README's opt-in: psycopg prepares the INSERT, the jobs are the same."""
     saved = dict(connection.settings_dict)
     connection.close()
-    connection.settings_dict.update(setting)
+    connection.settings_dict["OPTIONS"] = {
+        **saved.get("OPTIONS", {}),
+        "server_side_binding": True,
+        "prepare_threshold": 2,
+    }
     try:
-        jobs = [add.enqueue(i, i) for i in range(3)]
-        assert prepared_enqueues() == 0
-        assert Job.objects.filter(id__in=[j.id for j in jobs]).count() == 3
+        jobs = [add.using(priority=p, delay=p % 2).enqueue(p, b=p) for p in range(4)]
+        first = add.using(idempotency_key="prepared").enqueue(9, 9)
+        again = add.using(idempotency_key="prepared").enqueue(1, 1)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                ["%INSERT INTO leasejobs_job%"],
+            )
+            assert cursor.fetchone()[0] >= 1
     finally:
         connection.close()
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
+    assert again.id == first.id
+    assert [(j.args, j.kwargs, j.priority) for j in Job.objects.exclude(id=first.id).order_by("id")] == [
+        ([p], {"b": p}, p) for p in range(4)
+    ]
+    assert [j.id for j in jobs] == sorted(j.id for j in jobs)
 
 
 def test_bulk_enqueue_inserts_many_jobs_in_one_statement():

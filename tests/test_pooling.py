@@ -6,15 +6,13 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import connection
 
-from leasejobs import enqueue, pooling
+from leasejobs import pooling
 from leasejobs.connection import WorkerConnection, connection_params, database_url
-from leasejobs.models import Job
 from leasejobs.store import CLAIM_SETTINGS
 from tests.helpers import ROOT, worker_env
-from tests.pgbouncer import PgBouncer, django_through
-from tests.testapp.tasks import add
+from tests.pgbouncer import PgBouncer
 
 SHOW = "SELECT current_setting('lock_timeout'), current_setting('enable_seqscan')"
 
@@ -102,36 +100,3 @@ def test_a_pooler_the_probe_missed_costs_the_worker_nothing(db, bouncer):
     finally:
         first.close()
         second.close()
-
-
-@pytest.mark.django_db(transaction=True)
-def test_enqueue_through_a_pooler_it_was_not_told_of_recovers_and_stops_preparing(
-    bouncer, monkeypatch, caplog
-):
-    """A project behind a pooler without DISABLE_SERVER_SIDE_CURSORS: a prepared enqueue fails.
-
-    Another client of the pooler's one backend deallocates every prepared
-    statement (as a backend lent to someone else would lack them): alone, the
-    enqueue runs again unprepared; inside a transaction, which is broken by
-    then, it is refused in one sentence. Either way the process stops preparing.
-    """
-    monkeypatch.setattr(enqueue, "_prepare", True)
-    with django_through(bouncer, disable_server_side_cursors=False):
-        first = add.enqueue(1, 1)  # prepared on the pooler's one backend
-        with psycopg.connect(bouncer.url(connection.settings_dict["NAME"]), autocommit=True) as other:
-            other.execute("DEALLOCATE ALL")
-        second = add.enqueue(2, 2)
-        assert "set DISABLE_SERVER_SIDE_CURSORS to True there" in caplog.text
-        assert enqueue._prepare is False
-        assert sorted(Job.objects.values_list("id", flat=True)) == [first.id, second.id]
-
-        monkeypatch.setattr(enqueue, "_prepare", True)
-        connection.close()  # a new process: its own connection, nothing prepared yet
-        add.enqueue(3, 3)
-        with psycopg.connect(bouncer.url(connection.settings_dict["NAME"]), autocommit=True) as other:
-            other.execute("DEALLOCATE ALL")
-        with pytest.raises(DatabaseError, match="goes through a transaction pooler"), transaction.atomic():
-            add.enqueue(4, 4)
-        assert enqueue._prepare is False
-        add.enqueue(5, 5)
-        assert sorted(Job.objects.values_list("args", flat=True)) == [[1, 1], [2, 2], [3, 3], [5, 5]]
