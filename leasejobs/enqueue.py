@@ -7,12 +7,14 @@ will later trust (JSON arguments, a sane queue, an aware ``run_at``) is
 checked here, where the caller can still see the error.
 """
 
+import contextlib
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -216,7 +218,7 @@ def insert(spec: JobSpec) -> Job:
 
 
 def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
-    with connections[db_alias()].cursor() as cursor:
+    with _one_transaction(spec), connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.ENQUEUE,
             {
@@ -241,6 +243,17 @@ def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
     if row is None:
         return Job.objects.using(db_alias()).get(idempotency_key=spec.idempotency_key)
     return _jobs(spec, [(spec.args, spec.kwargs)], [row[0]], row[1], row[2], trace_context)[0]
+
+
+def _one_transaction(spec: JobSpec) -> AbstractContextManager[Any]:
+    """The job and its concurrency key's places in one transaction, even outside ``atomic()``.
+
+    Autocommit would commit the job first: a process killed between the two
+    statements would leave a job whose key has no places, never claimed.
+    """
+    if spec.concurrency_key is None:
+        return contextlib.nullcontext()
+    return transaction.atomic(using=db_alias(), savepoint=False)
 
 
 def _make_key_slots(cursor: Any, spec: JobSpec) -> None:
@@ -284,7 +297,7 @@ def _insert_rows(
 def _insert_many(
     spec: JobSpec, calls: list[Call], trace_context: dict[str, str] | None
 ) -> tuple[list[int], dt.datetime, dt.datetime]:
-    with connections[db_alias()].cursor() as cursor:
+    with _one_transaction(spec), connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.BULK_ENQUEUE,
             {

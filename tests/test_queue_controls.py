@@ -14,7 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from django.core.checks import run_checks
+from django.db import connection
 from django.test import override_settings
 
 from leasejobs import controls
@@ -264,3 +266,23 @@ def test_runworker_refuses_to_start_with_a_bad_rate(transactional_db):
     out = manage("runworker", "--burst", env=worker_env(DJANGO_SETTINGS_MODULE="tests.settings_bad_queues"))
     assert out.returncode != 0
     assert "LEASEJOBS['QUEUES']: queue 'email': rate 'lots' is not of the form" in out.stderr
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["enqueue", "bulk_enqueue"])
+def test_a_keyed_job_and_its_keys_places_commit_together_outside_atomic(transactional_db, bulk):
+    """Autocommit would commit the job before its key's places: a kill in between strands it."""
+    seen = []
+
+    def spy(execute, sql, params, many, context):
+        seen.append(("leasejobs_slot" in sql, connection.in_atomic_block))
+        return execute(sql, params, many, context)
+
+    keyed = export.using(concurrency_key="account:9")
+    with connection.execute_wrapper(spy):
+        if bulk:
+            keyed.bulk_enqueue([(("a", 0.0), {}), (("b", 0.0), {})])
+        else:
+            keyed.enqueue("a", 0.0)
+    assert seen == [(False, True), (True, True)]  # the job, then its places, inside one transaction
+    assert not connection.in_atomic_block
+    assert Slot.objects.filter(kind="key", name="account:9").count() == 1
