@@ -68,6 +68,7 @@ def build(
     retry_policy: dict[str, Any] | None = None,
 ) -> JobSpec:
     """Validate one job's options and encode its arguments."""
+    args, kwargs = list(args), dict(kwargs)  # read once: an iterator has no second pass
     args_json, kwargs_json = encode_payload(task_name, args, kwargs)
     validate_queue(queue)
     validate_priority(priority)
@@ -84,8 +85,8 @@ def build(
     _check_concurrency(task_name, concurrency_key, concurrency_limit)
     return JobSpec(
         task_name=task_name,
-        args=list(args),
-        kwargs=dict(kwargs),
+        args=args,
+        kwargs=kwargs,
         args_json=args_json,
         kwargs_json=kwargs_json,
         queue=queue,
@@ -136,9 +137,10 @@ def build_many(
     template = build(task_name, [], {}, **options)
     limit = conf.get("MAX_PAYLOAD_BYTES")
     built = []
-    for args, kwargs in calls:
+    for given_args, given_kwargs in calls:
+        args, kwargs = list(given_args), dict(given_kwargs)  # read once: an iterator has no second pass
         args_json, kwargs_json = encode_payload(task_name, args, kwargs, limit)
-        built.append(Call(list(args), dict(kwargs), f"[{args_json},{kwargs_json}]"))
+        built.append(Call(args, kwargs, f"[{args_json},{kwargs_json}]"))
     return template, built
 
 

@@ -7,7 +7,7 @@ import time
 import psycopg
 import pytest
 from django.db import connection, transaction
-from django.db.models.signals import post_init
+from django.db.models.signals import post_init, pre_init
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -71,6 +71,7 @@ def test_the_jobs_enqueue_returns_are_the_rows_as_django_reads_them(listening):
 
     if listening:
         post_init.connect(receiver, sender=Job)
+    assert (pre_init.has_listeners(Job) or post_init.has_listeners(Job)) is listening  # which path runs
     try:
         returned = [
             add.using(priority=7, delay=30, retry=RetryPolicy(backoff="fixed", base_seconds=2)).enqueue(
@@ -82,13 +83,13 @@ def test_the_jobs_enqueue_returns_are_the_rows_as_django_reads_them(listening):
         post_init.disconnect(receiver, sender=Job)
     assert len(seen) == (4 if listening else 0)
     for job in returned:
+        assert not job.get_deferred_fields()  # every column set: fields() reads nothing back
         stored = Job.objects.get(pk=job.pk)
         assert fields(job) == fields(stored)
+        assert set(vars(job)) == set(vars(stored))
         assert (job._state.adding, job._state.db) == (False, stored._state.db)
     returned[1].errors.append("only this job's")
     assert returned[2].errors == []  # no list shared between jobs
-    returned[0].save(update_fields=["priority"])  # an UPDATE of a saved row, not an INSERT
-    assert Job.objects.count() == 4
 
 
 def test_with_server_side_binding_and_a_prepare_threshold_enqueue_is_prepared_and_still_correct():
@@ -187,6 +188,17 @@ def test_arguments_that_are_not_json_are_refused_with_a_type_error(bad):
     with pytest.raises(TypeError, match="must be JSON"):
         add.enqueue(bad, 1)
     assert Job.objects.count() == 0
+
+
+def test_arguments_given_as_iterators_are_read_once_refused_or_stored_and_returned_whole():
+    with pytest.raises(TypeError, match="must be JSON"):
+        record.bulk_enqueue([(iter([object()]), {})])
+    with pytest.raises(TypeError, match="must be JSON"):
+        record.bulk_enqueue([((), iter([("k", object())]))])
+    assert Job.objects.count() == 0
+    [job] = record.bulk_enqueue([(iter([1, 2]), iter([("k", "v")]))])
+    assert (job.args, job.kwargs) == ([1, 2], {"k": "v"})
+    assert Job.objects.get(pk=job.pk).args == [1, 2]
 
 
 @pytest.mark.parametrize(
