@@ -61,6 +61,24 @@ RETURNING id, run_at, created_at,
     CASE WHEN run_at <= statement_timestamp() THEN pg_notify(%(channel)s, %(queue)s)::text END
 """
 
+#: ``ENQUEUE`` for the common job: no idempotency key, due now, no
+#: concurrency key, no retry policy of its own, no trace context. The same
+#: row, with the options it does not use left to their NULL defaults; it is
+#: due, so the NOTIFY is unconditional. Django binds client-side, so
+#: PostgreSQL parses and plans each enqueue's text anew: this one costs about
+#: half of ``ENQUEUE``'s, a fifth of a single enqueue.
+ENQUEUE_PLAIN = """
+INSERT INTO leasejobs_job (
+    task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
+    run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at, snoozes
+)
+VALUES (
+    %(task_name)s, %(queue)s, %(priority)s, %(args)s, %(kwargs)s, 'queued', 0, %(max_attempts)s,
+    statement_timestamp(), '', false, '', '[]', '[]', statement_timestamp(), 0
+)
+RETURNING id, run_at, created_at, pg_notify(%(channel)s, %(queue)s)::text
+"""
+
 #: Insert many jobs of one task with the same options in one statement, in
 #: input order. ``calls`` is one JSON document, ``[[args, kwargs], ...]``:
 #: PostgreSQL parses it in C, where adapting one array element at a time in

@@ -92,6 +92,23 @@ def test_the_jobs_enqueue_returns_are_the_rows_as_django_reads_them(listening):
     assert returned[2].errors == []  # no list shared between jobs
 
 
+def test_the_plain_and_the_full_enqueue_statements_store_the_same_row(settings):
+    """A common job takes ENQUEUE_PLAIN, one with an option ENQUEUE: the rows must not drift apart."""
+    # No spans: a tracer provider another test set for this process would give the job a trace context.
+    settings.LEASEJOBS = {**settings.LEASEJOBS, "OPENTELEMETRY": False}
+    with CaptureQueriesContext(connection) as queries:
+        plain = add.enqueue(1, b=2)
+        full = add.using(idempotency_key="full").enqueue(1, b=2)
+    assert "ON CONFLICT" not in queries[0]["sql"] and "ON CONFLICT" in queries[1]["sql"]
+    differ = {"id", "idempotency_key", "run_at", "created_at"}
+    rows = [
+        {k: v for k, v in fields(Job.objects.get(pk=job.pk)).items() if k not in differ}
+        for job in (plain, full)
+    ]
+    assert rows[0] == rows[1]
+    assert fields(plain) == fields(Job.objects.get(pk=plain.pk))
+
+
 def test_with_server_side_binding_and_a_prepare_threshold_enqueue_is_prepared_and_still_correct():
     """The README's opt-in: psycopg prepares the INSERT, the jobs are the same."""
     saved = dict(connection.settings_dict)
