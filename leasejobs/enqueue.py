@@ -11,7 +11,6 @@ import contextlib
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
@@ -31,9 +30,12 @@ from leasejobs.validators import (
 )
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """Everything needed to insert one job, already validated by ``build``."""
+class JobSpec(NamedTuple):
+    """Everything needed to insert one job, already validated by ``build``.
+
+    A named tuple, not a frozen dataclass: as immutable, and built several
+    times faster, on the path of every ``enqueue()``.
+    """
 
     task_name: str
     args: list[Any]
