@@ -39,6 +39,8 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
     output = bench(*TINY, "--worker-log-level", "warning")
     for label in (
         "enqueue, single (task.enqueue, Django connection)",
+        "bare INSERT, one row per statement (same Django connection, one cursor)",
+        "bare INSERT, one row per statement (same Django connection, a cursor each)",
         "enqueue, bulk (bulk_enqueue, 1,000 per call)",
         "enqueue, bulk ids (bulk_enqueue_ids, 1,000 per call)",
         "processing, 1 worker(s) x concurrency 4, WARNING",
@@ -52,6 +54,7 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
     assert re.search(
         r"latency enqueue-to-start p50 / p95 / p99 \(5 jobs\)\s+[\d.]+ / [\d.]+ / [\d.]+ ms", output
     )
+    assert re.search(r"of the bare INSERT, \d+% of it with a cursor per statement\)", output)
     assert "workers logging at WARNING" in output
     assert re.search(r"worker RSS, 1w c4 WARNING idle / 25% / end\s+[\d.]+ / ([\d.]+|-) / [\d.]+ MB", output)
     assert not Job.objects.exists()

@@ -60,10 +60,18 @@ IO_CONFIGS = {
     "procrastinate": [("concurrency 64, 2 processes", 2, ["--concurrency", "64"])],
     "leasejobs": "64",
 }
-#: --workload cpu: each queue's default concurrency, two processes.
+#: --workload cpu: each queue's default concurrency, one process and two. With
+#: two, the workers want both of this machine's cores and PostgreSQL gets
+#: none: one process shows what a worker makes of its own core.
 CPU_CONFIGS = {
-    "pgqueuer": [("default (batch 10), 2 processes", 2, ["--batch-size", "10"])],
-    "procrastinate": [("default (concurrency 1), 2 processes", 2, ["--concurrency", "1"])],
+    "pgqueuer": [
+        ("default (batch 10), 1 process", 1, ["--batch-size", "10"]),
+        ("default (batch 10), 2 processes", 2, ["--batch-size", "10"]),
+    ],
+    "procrastinate": [
+        ("default (concurrency 1), 1 process", 1, ["--concurrency", "1"]),
+        ("default (concurrency 1), 2 processes", 2, ["--concurrency", "1"]),
+    ],
     "leasejobs": "4",
 }
 
@@ -345,7 +353,7 @@ def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
     else:
         concurrency = (IO_CONFIGS if work.kind == "io" else CPU_CONFIGS)["leasejobs"]
         cmd += [
-            "--workers", "2",
+            "--workers", "2" if work.kind == "io" else "1,2",
             "--concurrency", str(concurrency),
             "--enqueue-jobs", "0",
             "--workload", work.kind,
@@ -371,7 +379,7 @@ def main() -> None:
         choices=["noop", "io", "cpu"],
         default="noop",
         help="noop (the default); io: each job waits --io-seconds, 64 at a time per process; "
-        "cpu: each job spends --cpu-seconds of CPU in pure Python. Two processes each; no enqueue figures.",
+        "cpu: each job spends --cpu-seconds of CPU in pure Python, one process and two. No enqueue figures.",
     )
     parser.add_argument(
         "--latency-jobs",
@@ -408,9 +416,13 @@ def main() -> None:
         lj = results["leasejobs"] = leasejobs(args, work)
         if "enqueue" in lj:
             rows.append(("enqueue single", "leasejobs", "task.enqueue()", lj["enqueue"]["single"], []))
-            if "bare_insert_django" in lj["enqueue"]:
-                bare = lj["enqueue"]["bare_insert_django"]
-                rows.append(("enqueue single", "bare INSERT", "one row, Django's connection", bare, []))
+            for key, cursors in (
+                ("bare_insert_django", "one cursor"),
+                ("bare_insert_django_cursor_each", "a cursor each"),
+            ):
+                if key in lj["enqueue"]:
+                    config = f"one row, Django's connection, {cursors}"
+                    rows.append(("enqueue single", "bare INSERT", config, lj["enqueue"][key], []))
             rows.append(("enqueue bulk", "leasejobs", "bulk_enqueue, 1,000/call", lj["enqueue"]["bulk"], []))
             if "bulk_ids" in lj["enqueue"]:
                 ids = lj["enqueue"]["bulk_ids"]

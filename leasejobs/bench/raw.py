@@ -89,19 +89,29 @@ def raw_insert(admin: psycopg.Connection[Any], jobs: int, per_statement: int) ->
     return rate
 
 
-def raw_insert_django(admin: psycopg.Connection[Any], jobs: int) -> float:
+def raw_insert_django(admin: psycopg.Connection[Any], jobs: int, *, cursor_each: bool = False) -> float:
     """Jobs/s of the bare one-row INSERT through Django's connection, as Django binds it.
 
-    The reference of a single ``enqueue()``, which runs on that connection too.
+    The reference of a single ``enqueue()``, which runs on that connection too:
+    on one cursor kept for every statement (the strictest reference), or with
+    ``cursor_each`` a cursor per statement, as ``enqueue()`` and every query of
+    Django's ORM open one.
     """
     for statement in RAW_SETUP:
         admin.execute(statement)
-    with connections[db_alias()].cursor() as cursor:
-        started = time.perf_counter()
+    connection = connections[db_alias()]
+    started = time.perf_counter()
+    if cursor_each:
         for _ in range(jobs):
-            cursor.execute(RAW_INSERT, {"priority": 0})
-            cursor.fetchall()
-        rate = jobs / (time.perf_counter() - started)
+            with connection.cursor() as cursor:
+                cursor.execute(RAW_INSERT, {"priority": 0})
+                cursor.fetchall()
+    else:
+        with connection.cursor() as cursor:
+            for _ in range(jobs):
+                cursor.execute(RAW_INSERT, {"priority": 0})
+                cursor.fetchall()
+    rate = jobs / (time.perf_counter() - started)
     admin.execute(f"DROP TABLE {RAW_TABLE}")
     return rate
 

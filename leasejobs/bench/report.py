@@ -14,13 +14,24 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         enqueue = results["enqueue"]
         single = _n(enqueue["single"]) + " jobs/s"
         if "bare_insert_django" in enqueue:
-            single += f"  ({enqueue['single'] / enqueue['bare_insert_django']:.0%} of the bare INSERT)"
+            single += f"  ({enqueue['single'] / enqueue['bare_insert_django']:.0%} of the bare INSERT"
+            if "bare_insert_django_cursor_each" in enqueue:
+                single += f", {enqueue['single'] / enqueue['bare_insert_django_cursor_each']:.0%} of it"
+                single += " with a cursor per statement"
+            single += ")"
         rows.append(("enqueue, single (task.enqueue, Django connection)", single))
         if "bare_insert_django" in enqueue:
             rows.append(
                 (
-                    "bare INSERT, one row per statement (same Django connection)",
+                    "bare INSERT, one row per statement (same Django connection, one cursor)",
                     _n(enqueue["bare_insert_django"]) + " jobs/s",
+                )
+            )
+        if "bare_insert_django_cursor_each" in enqueue:
+            rows.append(
+                (
+                    "bare INSERT, one row per statement (same Django connection, a cursor each)",
+                    _n(enqueue["bare_insert_django_cursor_each"]) + " jobs/s",
                 )
             )
         rows.append(("enqueue, bulk (bulk_enqueue, 1,000 per call)", _n(enqueue["bulk"]) + " jobs/s"))

@@ -564,13 +564,22 @@ def _enqueue_and_raw(
     repeat, n = options["repeat"], options["enqueue_jobs"]
     if n:
         step(f"enqueue {n:,} jobs, single (beside a bare INSERT on the same connection) and bulk")
-        # Alternated, so that both see the same disk: each commit waits for its flush.
-        single, bare = zip(
-            *((b.enqueue_single(n), raw.raw_insert_django(b.conn, n)) for _ in range(repeat)), strict=True
+        # Alternated, so that all three see the same disk: each commit waits for its flush.
+        single, bare, bare_cursor_each = zip(
+            *(
+                (
+                    b.enqueue_single(n),
+                    raw.raw_insert_django(b.conn, n),
+                    raw.raw_insert_django(b.conn, n, cursor_each=True),
+                )
+                for _ in range(repeat)
+            ),
+            strict=True,
         )
         results["enqueue"] = {
             "single": statistics.median(single),
             "bare_insert_django": statistics.median(bare),
+            "bare_insert_django_cursor_each": statistics.median(bare_cursor_each),
             "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
             "bulk_ids": statistics.median(b.enqueue_bulk(n, ids=True) for _ in range(repeat)),
         }
