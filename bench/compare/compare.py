@@ -363,6 +363,66 @@ def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+def leasejobs_defaults(args: argparse.Namespace) -> dict[str, float]:
+    """One processing run of leasejobs at ``runworker``'s defaults (2 processes), per log level."""
+    cmd = [
+        args.leasejobs_python,
+        str(args.project / "manage.py"),
+        "leasejobs_bench",
+        "--json",
+        "--jobs", str(args.jobs),
+        "--repeat", "1",
+        "--workers", "2",
+        "--concurrency", "4",
+        "--worker-log-level", "info,warning",
+        "--enqueue-jobs", "0",
+        "--latency-jobs", "0",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, cwd=args.project, check=True, capture_output=True, text=True)
+    return {f["log_level"]: f["median"] for f in json.loads(out.stdout)["processing"]}
+
+
+def ab_defaults(args: argparse.Namespace, base: str) -> dict[str, Any]:
+    """leasejobs at its defaults against PgQueuer's best configuration, alternating, ``--ab`` rounds.
+
+    A round is one run of each, back to back, so that both see the same
+    machine: on a shared machine the speed drifts within minutes, and medians
+    taken a quarter of an hour apart compare two machines.
+    """
+    dsn = peer_dsn(base, "pgqueuer")
+    recreate_database(base, dsn)
+    pgqueuer = PgQueuerBench(dsn)
+    best = PGQUEUER_CONFIGS[-1]
+    rounds = []
+    for i in range(args.ab):
+        print(
+            f"... round {i + 1} of {args.ab}: leasejobs (INFO, -v 0), then PgQueuer {best[0]}",
+            file=sys.stderr,
+        )
+        leasejobs_rates = leasejobs_defaults(args)
+        peer = pgqueuer.process(args.jobs, best[1], best[2])
+        rounds.append(
+            {"info": leasejobs_rates["info"], "warning": leasejobs_rates["warning"], "pgqueuer": peer}
+        )
+    ratios = [r["info"] / r["pgqueuer"] for r in rounds]
+    of_quiet = [r["info"] / r["warning"] for r in rounds]
+    print(f"\n{args.jobs:,} no-op jobs per run, two worker processes each, rounds alternating\n")
+    print("round  leasejobs INFO  leasejobs -v 0  PgQueuer best  INFO/PgQueuer  INFO/-v 0")
+    for i, (r, ratio, quiet) in enumerate(zip(rounds, ratios, of_quiet, strict=True), 1):
+        print(
+            f"{i:>5}  {r['info']:>14,.0f}  {r['warning']:>14,.0f}  {r['pgqueuer']:>13,.0f}"
+            f"  {ratio:>13.2f}  {quiet:>9.0%}"
+        )
+    median_ratio, median_quiet = statistics.median(ratios), statistics.median(of_quiet)
+    print(f"\nmedian INFO/PgQueuer {median_ratio:.2f}, median INFO/-v 0 {median_quiet:.0%}")
+    return {
+        "pgqueuer_config": best[0],
+        "rounds": rounds,
+        "median_ratio": median_ratio,
+        "median_of_quiet": median_quiet,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -390,13 +450,25 @@ def main() -> None:
     parser.add_argument("--latency-rate", type=float, default=20.0, help="Latency jobs per second (20).")
     parser.add_argument("--io-seconds", type=float, default=0.05)
     parser.add_argument("--cpu-seconds", type=float, default=0.005)
+    parser.add_argument(
+        "--ab",
+        type=int,
+        metavar="ROUNDS",
+        help="Only leasejobs at runworker's defaults (2 processes, INFO and -v 0) against PgQueuer's "
+        "best configuration, one run each per round, alternating ROUNDS times.",
+    )
     args = parser.parse_args()
     work = Work(args.workload, {"io": args.io_seconds, "cpu": args.cpu_seconds}.get(args.workload, 0.0))
     base = os.environ.get("DATABASE_URL")
     if not base:
         sys.exit("Set DATABASE_URL to a PostgreSQL database (leasejobs uses it; the peers get their own).")
-    only = set(args.only or ["leasejobs", "pgqueuer", "procrastinate"])
     load = os.getloadavg()
+    if args.ab:
+        ab = ab_defaults(args, base)
+        if args.json_out:
+            args.json_out.write_text(json.dumps({"load_before": load, "jobs": args.jobs, "ab": ab}, indent=2))
+        return
+    only = set(args.only or ["leasejobs", "pgqueuer", "procrastinate"])
     rows: list[tuple[str, str, str, float, list[float]]] = []  # what, queue, config, median, runs
     ideals: dict[tuple[str, str], float | None] = {}  # (queue, config): the workload's ideal jobs/s
     results: dict[str, Any] = {
