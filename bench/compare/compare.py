@@ -329,16 +329,22 @@ class ProcrastinateBench:
 # -- leasejobs ----------------------------------------------------------------------
 
 
-def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
+def run_leasejobs_bench(args: argparse.Namespace, *options: str) -> dict[str, Any]:
+    """``manage.py leasejobs_bench --json --jobs N`` with ``options``, in the project's virtualenv."""
     cmd = [
         args.leasejobs_python,
         str(args.project / "manage.py"),
         "leasejobs_bench",
         "--json",
-        "--jobs", str(args.jobs),
-        "--repeat", str(args.repeat),
-        "--worker-log-level", args.leasejobs_log_level,
-    ]  # fmt: skip
+        "--jobs",
+        str(args.jobs),
+    ]
+    out = subprocess.run([*cmd, *options], cwd=args.project, check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout))
+
+
+def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
+    cmd = ["--repeat", str(args.repeat), "--worker-log-level", args.leasejobs_log_level]
     if work.kind == "noop" and args.latency_jobs:
         cmd += ["--latency-jobs", str(args.latency_jobs), "--latency-rate", str(args.latency_rate)]
     else:
@@ -359,27 +365,14 @@ def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
             "--workload", work.kind,
             f"--{work.kind}-seconds", str(work.seconds),
         ]  # fmt: skip
-    out = subprocess.run(cmd, cwd=args.project, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+    return run_leasejobs_bench(args, *cmd)
 
 
 def leasejobs_defaults(args: argparse.Namespace) -> dict[str, float]:
     """One processing run of leasejobs at ``runworker``'s defaults (2 processes), per log level."""
-    cmd = [
-        args.leasejobs_python,
-        str(args.project / "manage.py"),
-        "leasejobs_bench",
-        "--json",
-        "--jobs", str(args.jobs),
-        "--repeat", "1",
-        "--workers", "2",
-        "--concurrency", "4",
-        "--worker-log-level", "info,warning",
-        "--enqueue-jobs", "0",
-        "--latency-jobs", "0",
-    ]  # fmt: skip
-    out = subprocess.run(cmd, cwd=args.project, check=True, capture_output=True, text=True)
-    return {f["log_level"]: f["median"] for f in json.loads(out.stdout)["processing"]}
+    options = ["--repeat", "1", "--workers", "2", "--concurrency", "4", "--worker-log-level", "info,warning"]
+    results = run_leasejobs_bench(args, *options, "--enqueue-jobs", "0", "--latency-jobs", "0")
+    return {f["log_level"]: f["median"] for f in results["processing"]}
 
 
 def ab_defaults(args: argparse.Namespace, base: str) -> dict[str, Any]:
