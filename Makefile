@@ -5,9 +5,17 @@
 #   VENV         the venv to use or make (default .venv)
 #   DJANGO       an extra pip requirement, e.g. DJANGO='django>=5.2,<6'
 #   PYTEST_ARGS  passed to pytest, e.g. PYTEST_ARGS='-x tests/test_localdb.py'
+#   TEST_WORKERS parallel pytest processes of make test's first phase (default 4;
+#                0 runs that phase in one process, e.g. for --pdb)
 #
 # make test runs every test; make test-fast only the unit tests (no worker
 # process, no server, no committed transaction, no chaos), in seconds.
+# make test runs pytest twice (tests/conftest.py, --phase): first the tests
+# that can share the machine, in TEST_WORKERS processes (pytest-xdist), each
+# with a test database of its own (test_leasejobs_gw0, _gw1, ...); then, alone
+# and in one process, the chaos suite, which restarts PostgreSQL and cuts the
+# network. PYTEST_ARGS go to both; a phase they leave without tests is skipped
+# by pytest (exit status 5) and counts as passed if the other phase ran tests.
 #
 # Which PostgreSQL: DATABASE_URL if set, else localhost:5432, else an embedded
 # one in .leasejobs/ (see localdb.py).
@@ -15,6 +23,7 @@
 VENV ?= .venv
 DJANGO ?=
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 4
 # Which tests: empty is all; test-fast sets it (markers from tests/conftest.py).
 PYTEST_SELECT :=
 
@@ -52,7 +61,8 @@ demo: $(STAMP)
 	fi
 
 # The embedded server is stopped afterwards if this run started it, also on
-# Ctrl-C; pytest's exit status is make's.
+# Ctrl-C. make's exit status is the first failing phase's, 0 if both passed
+# (or one had no tests), 5 if neither had any.
 test: $(STAMP)
 	@set -e; \
 	if $(LOCALDB) status >/dev/null 2>&1; then was_running=1; else was_running=0; fi; \
@@ -64,9 +74,18 @@ test: $(STAMP)
 	}; \
 	trap cleanup EXIT; trap 'exit 130' INT TERM; \
 	$(RESOLVE_DB); \
-	echo "==> python -m pytest $(PYTEST_SELECT) $(PYTEST_ARGS)"; \
-	status=0; $(PY) -m pytest $(PYTEST_SELECT) $(PYTEST_ARGS) || status=$$?; \
-	exit $$status
+	echo "==> phase 1 of 2, in $(TEST_WORKERS) processes:" \
+	  "python -m pytest --phase=parallel -n $(TEST_WORKERS) $(PYTEST_SELECT) $(PYTEST_ARGS)"; \
+	parallel=0; $(PY) -m pytest --phase=parallel -n $(TEST_WORKERS) $(PYTEST_SELECT) $(PYTEST_ARGS) \
+	  || parallel=$$?; \
+	echo "==> phase 2 of 2, alone (the chaos suite):" \
+	  "python -m pytest --phase=serial -p no:xdist $(PYTEST_SELECT) $(PYTEST_ARGS)"; \
+	serial=0; $(PY) -m pytest --phase=serial -p no:xdist $(PYTEST_SELECT) $(PYTEST_ARGS) || serial=$$?; \
+	echo "==> pytest exit status: phase 1 $$parallel, phase 2 $$serial (5: no tests selected)"; \
+	if [ $$parallel != 0 ] && [ $$parallel != 5 ]; then exit $$parallel; fi; \
+	if [ $$serial != 0 ] && [ $$serial != 5 ]; then exit $$serial; fi; \
+	if [ $$parallel = 5 ] && [ $$serial = 5 ]; then exit 5; fi; \
+	exit 0
 
 test-fast: PYTEST_SELECT := -m 'not integration and not chaos'
 test-fast: test

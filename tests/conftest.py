@@ -7,6 +7,14 @@ processes or servers or commits to the database (``start_worker``,
 ``transactional_db`` or ``django_db(transaction=True)``, ``live_server``, and
 the modules in ``INTEGRATION_MODULES``). The rest are unit tests:
 ``make test-fast`` runs them (``-m "not integration and not chaos"``).
+
+Phases: ``make test`` runs pytest twice. ``--phase=parallel`` selects the
+tests that can share the machine with other test processes (run under
+pytest-xdist, each process with a test database of its own);
+``--phase=serial`` selects those that must run alone: the chaos suite, which
+restarts the PostgreSQL server, cuts the network and refuses to run while
+sessions of other databases are connected. The other tests are deselected
+(and counted so). Without ``--phase`` (plain ``pytest``) every test runs.
 """
 
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +31,38 @@ INTEGRATION_MODULES = {"test_localdb.py", "test_admin_browser.py", "test_bench.p
 CHAOS_DIR = Path(__file__).resolve().parent / "chaos"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+PHASES = ("all", "parallel", "serial")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--phase",
+        choices=PHASES,
+        default="all",
+        help="parallel: the tests that can share the machine; serial: those that must run alone "
+        "(the chaos suite); all (default): every test",
+    )
+
+
+def runs_alone(item: pytest.Item) -> bool:
+    """A test of the serial phase: it must not share the PostgreSQL server or the machine."""
+    return item.get_closest_marker("chaos") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark(items)
+    phase = config.getoption("phase")
+    if phase == "all":
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if runs_alone(item) == (phase == "serial") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def mark(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(item.path)
         if CHAOS_DIR in path.parents:
