@@ -6,7 +6,10 @@
 #   DJANGO       an extra pip requirement, e.g. DJANGO='django>=5.2,<6'
 #   PYTEST_ARGS  passed to pytest, e.g. PYTEST_ARGS='-x tests/test_localdb.py'
 #   TEST_WORKERS parallel pytest processes of make test's first phase (default 4;
-#                0 runs that phase in one process, e.g. for --pdb)
+#                0 runs that phase in one process, e.g. for --pdb). More would
+#                overrun PostgreSQL's default max_connections of 100: the tests
+#                of a process open up to ~15 connections at once, those marked
+#                MANY_CONNECTIONS (tests/helpers.py) up to ~45, one at a time.
 #
 # make test runs every test; make test-fast only the unit tests (no worker
 # process, no server, no committed transaction, no chaos), in seconds.
@@ -75,8 +78,9 @@ test: $(STAMP)
 	trap cleanup EXIT; trap 'exit 130' INT TERM; \
 	$(RESOLVE_DB); \
 	echo "==> phase 1 of 2, in $(TEST_WORKERS) processes:" \
-	  "python -m pytest --phase=parallel -n $(TEST_WORKERS) $(PYTEST_SELECT) $(PYTEST_ARGS)"; \
-	parallel=0; $(PY) -m pytest --phase=parallel -n $(TEST_WORKERS) $(PYTEST_SELECT) $(PYTEST_ARGS) \
+	  "python -m pytest --phase=parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_SELECT) $(PYTEST_ARGS)"; \
+	parallel=0; \
+	$(PY) -m pytest --phase=parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_SELECT) $(PYTEST_ARGS) \
 	  || parallel=$$?; \
 	echo "==> phase 2 of 2, alone (the chaos suite):" \
 	  "python -m pytest --phase=serial -p no:xdist $(PYTEST_SELECT) $(PYTEST_ARGS)"; \

@@ -20,7 +20,7 @@ from django.db import connection
 
 from leasejobs.models import Job, PeriodicSchedule
 from leasejobs.periodic.schedules import tick_of_key
-from tests.helpers import wait_until
+from tests.helpers import MANY_CONNECTIONS, wait_until
 
 STAMP = "tests.testapp.tasks.stamp"
 SKEWED_CLOCK = Path(__file__).resolve().parent / "chaos" / "skewed_clock"
@@ -84,6 +84,7 @@ def stop_all(workers) -> None:
         w.wait(timeout=60)
 
 
+@MANY_CONNECTIONS
 def test_six_workers_enqueue_each_tick_once_through_kill_and_pause_storms(start_worker):
     schedules = [every_second("storm", catch_up="all")]
     workers = [start_worker("--concurrency", "2", env=env_for(schedules)) for _ in range(6)]
@@ -118,6 +119,7 @@ def test_six_workers_enqueue_each_tick_once_through_kill_and_pause_storms(start_
     print(f"\nstorm: {len(ticks)} ticks, one job each, through {kills} SIGKILLs and {pauses} SIGSTOPs")
 
 
+@MANY_CONNECTIONS
 def test_worker_clocks_an_hour_off_neither_duplicate_nor_skip_a_tick(start_worker):
     # catch_up="all": a worker an hour ahead, were its clock used, would
     # enqueue every tick of the next hour at once; one an hour behind none.
@@ -194,6 +196,7 @@ def test_downtime_then_restart_under_each_catch_up_mode(start_worker):
     assert PeriodicSchedule.objects.get(name="none").skipped >= 1
 
 
+@MANY_CONNECTIONS
 def test_schedules_removed_or_changed_between_two_worker_generations(start_worker):
     gen1 = [
         {"task": STAMP, "cron": "*/2 * * * * *", "name": "changing", "catch_up": "all"},
@@ -222,6 +225,7 @@ def test_schedules_removed_or_changed_between_two_worker_generations(start_worke
     assert PeriodicSchedule.objects.get(name="changing").cron == "*/5 * * * * *"
 
 
+@MANY_CONNECTIONS
 def test_two_deploys_side_by_side_with_different_schedule_sets(start_worker):
     shared = every_second("shared", catch_up="all")
     deploy1 = [shared, every_second("only-1"), {"task": STAMP, "cron": "*/2 * * * * *", "name": "contested"}]
@@ -257,6 +261,7 @@ def test_a_bad_schedule_stops_runworker_at_start_with_one_sentence(start_worker)
     assert "unknown time zone 'Europe/Pariss'." in bad.log()
 
 
+@MANY_CONNECTIONS
 def test_no_periodic_workers_never_schedule_and_each_worker_pays_about_one_statement_per_tick(start_worker):
     schedules = [every_second("cost")]
     idle = start_worker("--no-periodic", env=env_for(schedules))
