@@ -9,6 +9,7 @@ from django.core.management import CommandError, call_command
 
 from leasejobs.connection import database_url
 from leasejobs.models import Job
+from tests.helpers import MANY_CONNECTIONS
 
 TINY = [
     "--jobs", "300", "--workers", "1,2", "--repeat", "1", "--enqueue-jobs", "200",
@@ -99,6 +100,7 @@ def test_io_and_cpu_workloads_run_real_work_and_show_the_ideal(bench_env):
     assert not Job.objects.exists()
 
 
+@MANY_CONNECTIONS
 def test_latency_under_load_drains_half_the_measured_rate_meanwhile(bench_env):
     args = ["--json", "--jobs", "300", "--workers", "2", "--repeat", "1", "--enqueue-jobs", "0",
             "--latency-jobs", "10", "--latency-rate", "20", "--latency-under-load"]  # fmt: skip
@@ -116,6 +118,7 @@ def test_latency_under_load_needs_a_rate_or_a_processing_figure(bench_env):
         bench("--jobs", "0", "--enqueue-jobs", "0", "--latency-jobs", "2", "--latency-under-load")
 
 
+@MANY_CONNECTIONS
 def test_a_backlog_is_drained_while_jobs_arrive_and_shown_against_the_empty_table(bench_env):
     args = ["--json", "--jobs", "300", "--workers", "2", "--repeat", "1", "--enqueue-jobs", "0",
             "--latency-jobs", "0", "--backlog", "3000", "--arrive-rate", "200"]  # fmt: skip

@@ -14,7 +14,7 @@ from demo_site.receipts.management.commands.demo import COLUMNS, Command, format
 from demo_site.receipts.models import BodyRun, Message
 from demo_site.receipts.story import SCENARIOS, Result
 from leasejobs.models import Job
-from tests.helpers import ROOT, wait_until
+from tests.helpers import MANY_CONNECTIONS, ROOT, wait_until
 
 # scenario: (body runs, receipts sent, stale writes rejected, attempts)
 EXPECTED = {
@@ -41,6 +41,7 @@ def table(output: str) -> dict[str, tuple[int, ...]]:
 
 
 @pytest.mark.django_db(transaction=True)
+@MANY_CONNECTIONS
 def test_demo_tells_the_story_with_real_workers(tmp_path):
     out = StringIO()
     call_command("demo", "--fast", "--log-dir", str(tmp_path), stdout=out)
