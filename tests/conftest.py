@@ -62,6 +62,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+class GroupCheck:
+    """In an xdist process under ``--dist loadgroup``: every grouped test carries its group.
+
+    pytest-xdist marks a test's group by appending ``@group`` to its node id
+    (in its own pytest_collection_modifyitems, hence trylast here), which
+    pytest 9.2 no longer lets it do (pytest-xdist issue 1386): the tests of a
+    group would then run at once in several processes, silently.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):
+            return
+        lost = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if lost:
+            raise pytest.UsageError(
+                f"pytest-xdist's --dist loadgroup does not group with pytest {pytest.__version__} "
+                f"(pytest-xdist issue 1386), e.g. {lost[0]}; install pytest<9.2 or use TEST_WORKERS=0"
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(GroupCheck(), "leasejobs-xdist-group-check")
+
+
 def mark(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(item.path)
