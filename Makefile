@@ -17,8 +17,9 @@
 # that can share the machine, in TEST_WORKERS processes (pytest-xdist), each
 # with a test database of its own (test_leasejobs_gw0, _gw1, ...); then, alone
 # and in one process, the chaos suite, which restarts PostgreSQL and cuts the
-# network. PYTEST_ARGS go to both; a phase they leave without tests is skipped
-# by pytest (exit status 5) and counts as passed if the other phase ran tests.
+# network, and the tests marked alone. PYTEST_ARGS go to both; a phase they
+# leave without tests is skipped by pytest (exit status 5) and counts as
+# passed if the other phase ran tests.
 #
 # Which PostgreSQL: DATABASE_URL if set, else localhost:5432, else an embedded
 # one in .leasejobs/ (see localdb.py).
@@ -82,7 +83,7 @@ test: $(STAMP)
 	parallel=0; \
 	$(PY) -m pytest --phase=parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_SELECT) $(PYTEST_ARGS) \
 	  || parallel=$$?; \
-	echo "==> phase 2 of 2, alone (the chaos suite):" \
+	echo "==> phase 2 of 2, alone (the chaos suite and the tests marked alone):" \
 	  "python -m pytest --phase=serial -p no:xdist $(PYTEST_SELECT) $(PYTEST_ARGS)"; \
 	serial=0; $(PY) -m pytest --phase=serial -p no:xdist $(PYTEST_SELECT) $(PYTEST_ARGS) || serial=$$?; \
 	echo "==> pytest exit status: phase 1 $$parallel, phase 2 $$serial (5: no tests selected)"; \

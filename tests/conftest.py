@@ -13,7 +13,8 @@ tests that can share the machine with other test processes (run under
 pytest-xdist, each process with a test database of its own);
 ``--phase=serial`` selects those that must run alone: the chaos suite, which
 restarts the PostgreSQL server, cuts the network and refuses to run while
-sessions of other databases are connected. The other tests are deselected
+sessions of other databases are connected, and the tests marked ``alone``
+(whose timing extra load upsets). The other tests are deselected
 (and counted so). Without ``--phase`` (plain ``pytest``) every test runs.
 """
 
@@ -46,7 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def runs_alone(item: pytest.Item) -> bool:
     """A test of the serial phase: it must not share the PostgreSQL server or the machine."""
-    return item.get_closest_marker("chaos") is not None
+    return item.get_closest_marker("chaos") is not None or item.get_closest_marker("alone") is not None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from django.db.models import Count
 
 from leasejobs.models import Job, SideEffect
-from tests.helpers import MANY_CONNECTIONS, wait_until
+from tests.helpers import wait_until
 from tests.testapp.models import BodyRun, Sent
 from tests.testapp.tasks import (
     always_fails,
@@ -250,7 +250,9 @@ def test_sigterm_past_the_grace_gives_the_lease_back(start_worker):
 # -- many workers ----------------------------------------------------------------
 
 
-@MANY_CONNECTIONS
+# Alone: under the parallel phase's load, the third worker's start (Python and
+# Django on a busy machine) could come after the other two had claimed all.
+@pytest.mark.alone
 def test_no_job_is_claimed_twice_by_three_workers_of_four_threads(start_worker):
     jobs = record.bulk_enqueue([((i,), {}) for i in range(2000)])
     workers = [start_worker("--burst", "--concurrency", "4", "-v", "2") for _ in range(3)]
