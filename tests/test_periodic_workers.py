@@ -14,8 +14,10 @@ import random
 import re
 import signal
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
+import pytest
 from django.db import connection
 
 from leasejobs.models import Job, PeriodicSchedule
@@ -259,6 +261,25 @@ def test_a_bad_schedule_stops_runworker_at_start_with_one_sentence(start_worker)
     assert bad.wait(timeout=60) != 0
     assert "(leasejobs.E010) Periodic schedule 'tests.testapp.tasks.stamp'" in bad.log()
     assert "unknown time zone 'Europe/Pariss'." in bad.log()
+
+
+@pytest.mark.skipif(find_spec("django.tasks") is None, reason="Django Tasks need Django 6")
+def test_a_schedule_naming_a_django_task_passes_the_check_and_its_ticks_run(start_worker):
+    # The check at runworker's start knows the Django Tasks the worker will
+    # register (it used to know only @task functions, and refused to start).
+    schedules = [{"task": "tests.testapp.django_tasks.noop", "cron": "* * * * * *", "name": "dj-noop"}]
+    worker = start_worker("--concurrency", "1", env=env_for(schedules))
+    ticks = Job.objects.filter(idempotency_key__startswith="periodic:dj-noop:")
+
+    def two_ticks_done() -> bool:
+        assert worker.proc.poll() is None, f"runworker exited:\n{worker.log()[-2000:]}"
+        return ticks.filter(status="done").count() >= 2
+
+    try:
+        wait_until(two_ticks_done, timeout=30, what="two ticks of the Django Task done")
+        assert not ticks.filter(status="failed").exists()
+    finally:
+        stop_all([worker])
 
 
 @MANY_CONNECTIONS

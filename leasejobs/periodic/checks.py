@@ -18,7 +18,7 @@ from leasejobs.periodic import schedules
 @register()
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     try:
-        registry.autodiscover()
+        registry.discover()
     except Exception as exc:  # an import error in a tasks module: say so, do not crash the check
         return [Error(f"Importing the tasks modules failed: {exc}", id="leasejobs.E011")]
     _found, errors = schedules.load()

@@ -17,9 +17,9 @@ from types import ModuleType
 def register_from(modules: Iterable[ModuleType]) -> None:
     """Register the Django Tasks of a LeaseJobsBackend defined in ``modules``.
 
-    A worker calls it at start with the modules ``registry.autodiscover()``
-    imported. Without ``django.tasks`` (Django 5.2) there are none: it does
-    nothing.
+    ``registry.discover()`` calls it with the modules ``registry.autodiscover()``
+    imported: at a worker's start, and wherever tasks are looked up by name.
+    Without ``django.tasks`` (Django 5.2) there are none: it does nothing.
     """
     try:
         import django.tasks  # noqa: F401

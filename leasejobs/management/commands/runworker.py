@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from leasejobs import conf, observe, pooling, registry, tasks_backend
+from leasejobs import conf, observe, pooling, registry
 from leasejobs.conf import db_alias
 from leasejobs.connection import connection_params
 from leasejobs.logformat import JsonFormatter
@@ -123,7 +123,7 @@ class Command(BaseCommand):
         _configure_logging(options["verbosity"], log_format)
         self._check_database()
         worker_options.connections = _connection_plan()
-        tasks_backend.register_from(registry.autodiscover())
+        registry.discover()
         worker = Worker(worker_options)
         try:
             observe.start(worker.worker_id, worker_options.concurrency, options["metrics_port"])
