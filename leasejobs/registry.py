@@ -19,7 +19,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
-from leasejobs import conf, enqueue, tasks_backend
+from leasejobs import conf, enqueue
 from leasejobs.models import Job
 from leasejobs.retry import RetryPolicy
 from leasejobs.validators import (
@@ -228,14 +228,3 @@ def autodiscover() -> list[ModuleType]:
     names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
     modules = [sys.modules[name] for name in names if name in sys.modules]
     return modules + [import_module(module) for module in conf.get("TASK_MODULES")]
-
-
-def discover() -> None:
-    """Register every task a worker knows at start: ``autodiscover``, then the Django Tasks found.
-
-    A periodic schedule may name a Django Task by its module path, so the
-    system check, the schedules' status and ``run_now`` need what the worker
-    has, not only the ``@task`` functions: with ``autodiscover`` alone the
-    check refused such a schedule, and ``runworker`` would not start.
-    """
-    tasks_backend.register_from(autodiscover())

@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 
 from leasejobs import periodic, registry
+from leasejobs.discovery import discover
 from leasejobs.models import Job, PeriodicSchedule
 from leasejobs.periodic import schedules as schedules_module
 from leasejobs.periodic.checks import check_schedules
@@ -178,7 +179,7 @@ def test_periodic_goes_above_task_and_declares_a_schedule_named_after_it(setting
 def test_a_django_task_is_scheduled_by_its_module_path(settings, db):
     # What a worker does at start (this test used to pass only after another
     # test of the same process had registered the Django Tasks).
-    registry.discover()
+    discover()
     settings.LEASEJOBS = {
         **settings.LEASEJOBS,
         "PERIODIC": [{"task": "tests.testapp.django_tasks.noop", "cron": "* * * * *", "name": "dj"}],

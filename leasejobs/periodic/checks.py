@@ -11,14 +11,14 @@ from typing import Any
 
 from django.core.checks import Error, register
 
-from leasejobs import registry
+from leasejobs.discovery import discover
 from leasejobs.periodic import schedules
 
 
 @register()
 def check_schedules(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     try:
-        registry.discover()
+        discover()
     except Exception as exc:  # an import error in a tasks module: say so, do not crash the check
         return [Error(f"Importing the tasks modules failed: {exc}", id="leasejobs.E011")]
     _found, errors = schedules.load()

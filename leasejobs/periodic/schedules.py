@@ -148,7 +148,7 @@ def declarations() -> list[tuple[str, Any]]:
 def load() -> tuple[list[Schedule], list[str]]:
     """The checked schedules, and one sentence per declaration that cannot run.
 
-    Needs the tasks registered (``registry.discover()``): a
+    Needs the tasks registered (``discovery.discover()``): a
     schedule naming a task the worker would not know is an error.
     """
     schedules: list[Schedule] = []

@@ -14,6 +14,7 @@ from django.db import connections
 
 from leasejobs import registry
 from leasejobs.conf import db_alias
+from leasejobs.discovery import discover
 from leasejobs.models import Job, PeriodicSchedule
 from leasejobs.periodic.schedules import KEY_PREFIX, TICK_FORMAT, Schedule, load
 from leasejobs.periodic.ticks import ScheduleError, next_tick, zone
@@ -52,7 +53,7 @@ def db_now() -> dt.datetime:
 
 def statuses() -> list[ScheduleStatus]:
     """Every schedule declared here or remembered by the database, by name."""
-    registry.discover()
+    discover()
     declared = {s.name: s for s in load()[0]}
     rows = {r.name: r for r in PeriodicSchedule.objects.using(db_alias()).all()}
     jobs = Job.objects.using(db_alias()).in_bulk([r.last_job_id for r in rows.values() if r.last_job_id])
@@ -103,7 +104,7 @@ def run_now(name: str) -> Job:
     time, so it is listed with the schedule's jobs and ``ctx.scheduled_at``
     is the time of the request; it never takes the place of a tick's job.
     """
-    registry.discover()
+    discover()
     schedules: dict[str, Schedule] = {s.name: s for s in load()[0]}
     schedule = schedules.get(name)
     if schedule is None:

@@ -17,7 +17,7 @@ from types import ModuleType
 def register_from(modules: Iterable[ModuleType]) -> None:
     """Register the Django Tasks of a LeaseJobsBackend defined in ``modules``.
 
-    ``registry.discover()`` calls it with the modules ``registry.autodiscover()``
+    ``discovery.discover()`` calls it with the modules ``registry.autodiscover()``
     imported: at a worker's start, and wherever tasks are looked up by name.
     Without ``django.tasks`` (Django 5.2) there are none: it does nothing.
     """

@@ -253,7 +253,8 @@ def find(module_path: str, func: Any = None) -> Task | None:
 
     Asks the registry. The first call in a process that has not discovered
     tasks yet (a web process) runs the discovery a worker runs at start:
-    ``registry.discover()``.
+    ``registry.autodiscover()``, then ``register_from`` its modules
+    (``leasejobs.discovery.discover``).
     """
     from leasejobs import registry
     from leasejobs.tasks_backend.runner import DjangoTaskRunner
@@ -261,7 +262,7 @@ def find(module_path: str, func: Any = None) -> Task | None:
     if not _discovered:
         with _lock:
             if not _discovered:
-                registry.discover()
+                register_from(registry.autodiscover())
     known = registry.get(module_path)
     runner = known.func if known is not None else None
     if not isinstance(runner, DjangoTaskRunner) or (func is not None and runner.task.func is not func):

@@ -11,9 +11,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from leasejobs import conf, observe, pooling, registry
+from leasejobs import conf, observe, pooling
 from leasejobs.conf import db_alias
 from leasejobs.connection import connection_params
+from leasejobs.discovery import discover
 from leasejobs.logformat import JsonFormatter
 from leasejobs.management.arguments import (
     non_negative_float,
@@ -123,7 +124,7 @@ class Command(BaseCommand):
         _configure_logging(options["verbosity"], log_format)
         self._check_database()
         worker_options.connections = _connection_plan()
-        registry.discover()
+        discover()
         worker = Worker(worker_options)
         try:
             observe.start(worker.worker_id, worker_options.concurrency, options["metrics_port"])
