@@ -62,17 +62,7 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         label = f"raw SQL limit, {r['batch']} per statement, {r['clients']} client(s)"
         rows.append((label, f"{_n(r['median'])} jobs/s"))
     if "backlog" in results:
-        bl = results["backlog"]
-        value = f"{_n(bl['jobs_per_s'])} jobs/s"
-        if bl["of_empty"] is not None:
-            value += f"  ({bl['of_empty']:.0%} of the empty table's)"
-        rows.append(
-            (
-                f"backlog of {bl['rows']:,} queued jobs, {bl['workers']} worker(s) x concurrency "
-                f"{bl['concurrency']}, {bl['arrived']:,} enqueued meanwhile",
-                value,
-            )
-        )
+        rows += _backlog_rows(results["backlog"])
     if "latency_ms" in results:
         lat = results["latency_ms"]
         rows.append(
@@ -157,3 +147,23 @@ def render(results: dict[str, Any]) -> str:
         ]
         lines += ["", "claim plan with the large table: " + (scans[0] if scans else "NO claim index scan!")]
     return "\n".join(lines) + "\n"
+
+
+def _backlog_rows(bl: dict[str, Any]) -> list[tuple[str, str]]:
+    """The backlog's line (the medians of its rounds), then a line per round when there are several."""
+    rounds = bl["rounds"]
+    label = (
+        f"backlog of {bl['rows']:,} queued jobs, {bl['workers']} worker(s) x concurrency "
+        f"{bl['concurrency']}, {bl['arrived']:,} enqueued meanwhile"
+    )
+    if len(rounds) > 1:
+        label += f", median of {len(rounds)} rounds"
+    value = f"{_n(bl['jobs_per_s'])} jobs/s"
+    if bl["of_empty"] is not None:
+        value += f"  ({bl['of_empty']:.0%} of the empty table's just before)"
+    lines = [(label, value)]
+    if len(rounds) > 1:
+        for n, r in enumerate(rounds, 1):
+            empty = "" if r["empty"] is None else f" against {_n(r['empty'])} empty ({r['of_empty']:.0%})"
+            lines.append((f"  backlog round {n}", f"{_n(r['jobs_per_s'])} jobs/s{empty}"))
+    return lines

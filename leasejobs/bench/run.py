@@ -626,17 +626,52 @@ def _latency(b: Bench, options: dict[str, Any], results: dict[str, Any], step: C
 
 
 def _backlog(b: Bench, options: dict[str, Any], results: dict[str, Any], step: Callable[[str], None]) -> None:
-    """A backlog drained while jobs arrive, against the empty table's jobs/s of this run."""
+    """Backlogs drained while jobs arrive, each against the empty table's jobs/s measured just before it.
+
+    The machine's speed drifts within minutes (two runs of the empty table a
+    minute apart differ by a third), so each round measures its reference
+    right before its drain, with the same workers: ``--repeat`` runs of
+    ``--jobs`` no-op jobs on the empty table, their median. The figures are
+    the medians of the rounds' drains and of their ratios.
+    """
     workers, concurrency = max(options["workers"]), options["concurrency"][0]
-    step(
-        f"backlog: {options['backlog']:,} queued jobs drained by {workers} worker(s) while "
-        f"{options['arrive_rate']:,.0f} jobs/s arrive"
-    )
-    backlog = b.backlog(options["backlog"], workers, concurrency, options["arrive_rate"])
-    empty = _empty_table_rate(results, workers, concurrency)
-    backlog.update(workers=workers, concurrency=concurrency)
-    backlog["of_empty"] = backlog["jobs_per_s"] / empty if empty else None
-    results["backlog"] = backlog
+    rows, arrive_rate = options["backlog"], options["arrive_rate"]
+    rounds = []
+    for n in range(options.get("backlog_rounds") or 1):
+        empty = None
+        if options["jobs"]:
+            step(f"backlog round {n + 1}: the empty table first, {options['jobs']:,} no-op jobs")
+            empty = median_of(
+                [
+                    b.process(options["jobs"], workers, concurrency, options["prefetch"])
+                    for _ in range(options["repeat"])
+                ]
+            )
+        step(
+            f"backlog round {n + 1}: {rows:,} queued jobs drained by {workers} worker(s) while "
+            f"{arrive_rate:,.0f} jobs/s arrive"
+        )
+        drained = b.backlog(rows, workers, concurrency, arrive_rate)
+        rounds.append(
+            {
+                "jobs_per_s": drained["jobs_per_s"],
+                "arrived": drained["arrived"],
+                "fill_seconds": drained["fill_seconds"],
+                "empty": empty,
+                "of_empty": drained["jobs_per_s"] / empty if empty else None,
+            }
+        )
+    ratios = [r["of_empty"] for r in rounds if r["of_empty"] is not None]
+    results["backlog"] = {
+        "rows": rows,
+        "arrive_rate": arrive_rate,
+        "workers": workers,
+        "concurrency": concurrency,
+        "rounds": rounds,
+        "jobs_per_s": median_of(rounds),
+        "arrived": sum(r["arrived"] for r in rounds),
+        "of_empty": float(statistics.median(ratios)) if ratios else None,
+    }
 
 
 def _empty_table_rate(results: dict[str, Any], workers: int, concurrency: int) -> float | None:

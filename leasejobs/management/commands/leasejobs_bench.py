@@ -132,7 +132,15 @@ class Command(BaseCommand):
             default=0,
             metavar="N",
             help="Then queue N no-op jobs at once and drain them with the most workers of --workers "
-            "while more arrive at --arrive-rate; shown against the empty table's figure.",
+            "while more arrive at --arrive-rate; shown against the empty table's figure, measured "
+            "(--repeat runs of --jobs) right before the drain.",
+        )
+        parser.add_argument(
+            "--backlog-rounds",
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="Measure --backlog N times, each right after its own empty-table figure (1).",
         )
         parser.add_argument(
             "--arrive-rate",
