@@ -2,8 +2,11 @@
 
 Queue-control tests read concurrency from it, never from the queue's tables:
 the question is how many bodies ran at once, not what the queue believes.
-Lines are ``S|E <job> <attempt> <wall time> <worker>``; every writer is on this
-machine, so wall times of different processes compare.
+Lines are ``S|E|X <job> <attempt> <wall time> <worker>``; every writer is on
+this machine, so wall times of different processes compare. ``X`` is a start
+the database did not back: the attempt no longer held its lease and its place
+when its body began (a worker stopped between taking the job and starting
+the body, whose writes are fenced off); ``read`` leaves those out of the starts.
 """
 
 import time
@@ -13,10 +16,14 @@ from typing import Any
 Key = tuple[int, int]  # (job id, attempt)
 
 
-def note(path: str, kind: str, ctx: Any) -> None:
-    """Append one line (``kind`` S or E) for this attempt; one small append is atomic."""
+def note(path: str, kind: str, ctx: Any, at: float | None = None) -> None:
+    """Append one line (``kind`` S, E or X) for this attempt, stamped ``at`` (default: now).
+
+    One small append is atomic.
+    """
+    at = time.time() if at is None else at
     with open(path, "a") as f:
-        f.write(f"{kind} {ctx.job_id} {ctx.attempt} {time.time():.6f} {ctx.worker_id}\n")
+        f.write(f"{kind} {ctx.job_id} {ctx.attempt} {at:.6f} {ctx.worker_id}\n")
 
 
 def read(path: Path) -> tuple[dict[Key, float], dict[Key, float], dict[Key, str]]:
@@ -29,6 +36,8 @@ def read(path: Path) -> tuple[dict[Key, float], dict[Key, float], dict[Key, str]
     for line in path.read_text().splitlines():
         kind, job_id, attempt, at, worker = line.split()
         key = (int(job_id), int(attempt))
+        if kind == "X":
+            continue
         (starts if kind == "S" else ends)[key] = float(at)
         workers[key] = worker
     return starts, ends, workers

@@ -10,7 +10,10 @@ a scenario can check that a job's finish came from the attempt that held it.
 
 import time
 
+from django.db.models.functions import Now
+
 from leasejobs import task
+from leasejobs.models import Job, Slot
 from tests.journal import note
 from tests.testapp.models import BodyRun, Sent
 
@@ -37,11 +40,28 @@ def effect(ctx, seconds, first_attempt_seconds=None):
 
 @task(takes_context=True)
 def journaled_effect(ctx, path, seconds):
-    """``effect``, with its body's start and end noted in a journal (``tests.journal``)."""
-    note(path, "S", ctx)
+    """``effect``, with its body's start and end noted in a journal (``tests.journal``).
+
+    The start is stamped before the database is asked whether the attempt
+    still holds its lease and its concurrency place, and noted ``X`` if it
+    does not: a worker stopped past its lease between taking the job and
+    starting the body runs a body that holds neither (its writes are fenced
+    off), and that body must not count against the limit. A stop after the
+    stamp is a cut of the worker after the start, which the test counts.
+    """
+    began = time.time()
+    note(path, "S" if _holds_lease_and_place(ctx) else "X", ctx, at=began)
     result = effect.func(ctx, seconds)
     note(path, "E", ctx)
     return result
+
+
+def _holds_lease_and_place(ctx) -> bool:
+    """Whether the database says this attempt holds an unexpired lease and concurrency place."""
+    attempt = {"attempt": ctx.attempt}
+    lease = Job.objects.filter(id=ctx.job_id, **attempt, leased_by=ctx.worker_id, status="running")
+    place = Slot.objects.filter(job_id=ctx.job_id, **attempt, kind="concurrency")
+    return lease.filter(lease_until__gt=Now()).exists() and place.filter(held_until__gte=Now()).exists()
 
 
 @task(name=HOSTILE_NAME, takes_context=True)
