@@ -8,9 +8,10 @@ being silently ignored.
 from typing import Any
 
 import psycopg
+from django.core import checks
 from django.core.checks import Error, Tags, register
 
-from leasejobs import conf, controls
+from leasejobs import autovacuum, conf, controls
 
 
 @register()
@@ -56,3 +57,23 @@ def check_pooler(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
     except psycopg.Error:
         return []  # unreachable: runworker and migrate say so themselves
     return [Error(found, id="leasejobs.E010") for found in pooling.problems()] if pooled else []
+
+
+@register(Tags.database)
+def check_autovacuum(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[checks.Warning]:
+    """Autovacuum off for the job table: nothing fails, claims slow down and the table bloats.
+
+    A database check (``migrate``, ``check --database ALIAS``); ``runworker``
+    logs the same sentence at start.
+    """
+    from leasejobs.conf import db_alias
+    from leasejobs.connection import connection_params
+
+    if databases is None or db_alias() not in databases:
+        return []
+    try:
+        with psycopg.connect(**connection_params()) as conn:
+            found = autovacuum.status_problem(conn)
+    except psycopg.Error:
+        return []  # unreachable: runworker and migrate say so themselves
+    return [checks.Warning(found, id="leasejobs.W001")] if found else []

@@ -31,7 +31,7 @@ def machine() -> dict[str, Any]:
     with connect() as conn:
         row = conn.execute(
             "SELECT current_setting('server_version'), current_setting('synchronous_commit'),"
-            " current_setting('fsync'), current_setting('shared_buffers')"
+            " current_setting('fsync'), current_setting('shared_buffers'), current_setting('autovacuum')"
         ).fetchone()
     assert row is not None
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
@@ -40,6 +40,7 @@ def machine() -> dict[str, Any]:
         "synchronous_commit": row[1],
         "fsync": row[2],
         "shared_buffers": row[3],
+        "autovacuum": row[4],
         "python": platform.python_version(),
         "psycopg": psycopg.__version__,
         "django": django.get_version(),

@@ -132,7 +132,8 @@ def render(results: dict[str, Any]) -> str:
     width = max(len(label) for label, _ in rows) if rows else 0
     lines = [
         f"leasejobs_bench  {m['time']}  PostgreSQL {m['postgresql']}  {m['cpus']} CPUs  "
-        f"load {' '.join(str(x) for x in m['load_before'])}",
+        f"load {' '.join(str(x) for x in m['load_before'])}"
+        + ("  autovacuum off" if m.get("autovacuum") == "off" else ""),
         f"{s['jobs']:,} {_workload_text(s.get('workload'))} jobs per processing run, "
         f"median of {s['repeat']}, workers logging at "
         f"{' and '.join(s['worker_log_level']).upper()}, "

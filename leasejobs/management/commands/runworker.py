@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from leasejobs import conf, observe, pooling
+from leasejobs import autovacuum, conf, observe, pooling
 from leasejobs.conf import db_alias
 from leasejobs.connection import connection_params
 from leasejobs.discovery import discover
@@ -172,12 +172,16 @@ class Command(BaseCommand):
         return result
 
     def _check_database(self) -> None:
-        """Fail fast, in one sentence, when the database is unreachable or unmigrated."""
+        """Fail fast, in one sentence, when the database is unreachable or unmigrated.
+
+        And warn, in one line, when autovacuum does not visit the job table.
+        """
         params = connection_params()
         where = f"{params.get('host') or 'local socket'}:{params.get('port') or 5432}/{params.get('dbname')}"
         try:
             with psycopg.connect(**params) as conn:
                 found = conn.execute("SELECT to_regclass('leasejobs_job') IS NOT NULL").fetchone()
+                unvacuumed = autovacuum.status_problem(conn)
         except psycopg.Error as exc:
             raise CommandError(
                 f"Cannot reach the database at {where} ({_reason(exc)}). Check DATABASE_URL or "
@@ -187,6 +191,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"The leasejobs tables are missing in {where}: run `python manage.py migrate` first."
             )
+        if unvacuumed:
+            logging.getLogger("leasejobs.worker").warning("%s Database: %s.", unvacuumed, where)
 
 
 def _use_database(alias: str | None) -> None:
