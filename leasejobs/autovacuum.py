@@ -15,10 +15,11 @@ from typing import Any
 
 import psycopg
 
-#: The server's ``autovacuum`` and the job table's own ``autovacuum_enabled``
-#: (unset: on). Both must be on for autovacuum to visit the table.
+#: The server's switches (autovacuum needs ``track_counts`` too, to know what
+#: to visit) and the job table's own ``autovacuum_enabled`` (unset: on). All
+#: must be on for autovacuum to visit the table.
 STATUS = """
-SELECT current_setting('autovacuum')::boolean,
+SELECT current_setting('autovacuum')::boolean AND current_setting('track_counts')::boolean,
        COALESCE((SELECT option_value::boolean FROM pg_options_to_table(c.reloptions)
                  WHERE option_name = 'autovacuum_enabled'), true)
 FROM pg_class AS c
@@ -31,7 +32,7 @@ def problem(server: bool, table: bool) -> str | None:
     if server and table:
         return None
     where = (
-        "autovacuum is off on this PostgreSQL server"
+        "autovacuum does not run on this PostgreSQL server (autovacuum or track_counts is off)"
         if not server
         else "autovacuum is off for leasejobs_job (autovacuum_enabled = false)"
     )
@@ -45,7 +46,14 @@ def problem(server: bool, table: bool) -> str | None:
 def status_problem(conn: psycopg.Connection[Any]) -> str | None:
     """``problem`` for the database ``conn`` is connected to.
 
-    None when the job table does not exist yet (``migrate`` reports that).
+    None when the job table does not exist yet (``migrate`` reports that),
+    and when the role may not read the catalog: a warning that cannot be
+    checked is no reason to keep a worker from starting.
     """
-    row = conn.execute(STATUS).fetchone()
+    try:
+        row = conn.execute(STATUS).fetchone()
+    except psycopg.Error:
+        if not conn.autocommit:
+            conn.rollback()
+        return None
     return None if row is None else problem(bool(row[0]), bool(row[1]))

@@ -6,7 +6,8 @@ Lines are ``S|E|X <job> <attempt> <wall time> <worker>``; every writer is on
 this machine, so wall times of different processes compare. ``X`` is a start
 the database did not back: the attempt no longer held its lease and its place
 when its body began (a worker stopped between taking the job and starting
-the body, whose writes are fenced off); ``read`` leaves those out of the starts.
+the body, whose writes are fenced off). ``read`` leaves those out of the
+starts; ``read_unbacked`` returns them.
 """
 
 import time
@@ -41,6 +42,17 @@ def read(path: Path) -> tuple[dict[Key, float], dict[Key, float], dict[Key, str]
         (starts if kind == "S" else ends)[key] = float(at)
         workers[key] = worker
     return starts, ends, workers
+
+
+def read_unbacked(path: Path) -> dict[Key, tuple[float, str]]:
+    """The ``X`` starts: (job id, attempt) -> (wall time, worker)."""
+    found: dict[Key, tuple[float, str]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            kind, job_id, attempt, at, worker = line.split()
+            if kind == "X":
+                found[(int(job_id), int(attempt))] = (float(at), worker)
+    return found
 
 
 def most_at_once(intervals: list[tuple[float, float]]) -> int:

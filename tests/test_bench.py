@@ -8,6 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from leasejobs.bench.report import render
 from leasejobs.connection import database_url
 from leasejobs.models import Job
 from tests.helpers import MANY_CONNECTIONS
@@ -136,3 +137,14 @@ def test_a_backlog_is_drained_while_jobs_arrive_each_round_against_the_empty_tab
     assert backlog["of_empty"] == statistics.median([first["of_empty"], second["of_empty"]])
     assert backlog["jobs_per_s"] == statistics.median([first["jobs_per_s"], second["jobs_per_s"]])
     assert not Job.objects.exists()
+    text = render(results)
+    whole = (
+        r"backlog of 3,000 queued jobs, 2 worker\(s\) x concurrency 4, [\d,]+ enqueued meanwhile, "
+        r"median of 2 rounds\s+[\d,]+ jobs/s  \(\d+% of the empty table's just before\)"
+    )
+    assert re.search(whole, text), text
+    for n, r in enumerate((first, second), 1):
+        line = rf"  backlog round {n}\s+[\d,]+ jobs/s against [\d,]+ empty \({r['of_empty']:.0%}\)"
+        assert re.search(line, text), text
+    header = text.splitlines()[0]
+    assert header.endswith("  autovacuum off") == (results["machine"]["autovacuum"] == "off")

@@ -265,9 +265,7 @@ class Bench:
     ) -> dict[str, Any]:
         """Drain ``jobs`` jobs (no-ops unless ``workload``) with ``workers`` runworker processes; one run."""
         workload = workload or NO_OPS
-        args = ["--concurrency", str(concurrency)]
-        if prefetch is not None:
-            args += ["--prefetch", str(prefetch)]
+        args = _worker_args(concurrency, prefetch)
         self.clear()
         rss: list[tuple[int, float]] = []  # (jobs finished, largest worker RSS)
         with self.workers(workers, args) as group:
@@ -325,7 +323,7 @@ class Bench:
         return figures
 
     def latency_under_load(
-        self, jobs: int, rate: float, load_rate: float, workers: int, concurrency: int
+        self, jobs: int, rate: float, load_rate: float, workers: int, concurrency: int, prefetch: int | None
     ) -> dict[str, float]:
         """Enqueue-to-start latency while ``workers`` drain no-op jobs enqueued at ``load_rate`` per second.
 
@@ -334,7 +332,7 @@ class Bench:
         queue left behind it.
         """
         self.clear()
-        with self.workers(workers, ["--concurrency", str(concurrency)]) as group:
+        with self.workers(workers, _worker_args(concurrency, prefetch)) as group:
             with self._arriving(load_rate) as load:
                 time.sleep(1.0)
                 ids = self._probe(group, jobs, rate)
@@ -344,7 +342,9 @@ class Bench:
         self.clear()
         return figures
 
-    def backlog(self, rows: int, workers: int, concurrency: int, arrive_rate: float) -> dict[str, Any]:
+    def backlog(
+        self, rows: int, workers: int, concurrency: int, prefetch: int | None, arrive_rate: float
+    ) -> dict[str, Any]:
         """Drain ``rows`` queued no-op jobs with ``workers`` processes while more arrive at ``arrive_rate``/s.
 
         The backlog is inserted in one statement and vacuumed, as a queue
@@ -368,7 +368,7 @@ class Bench:
         self.conn.execute("VACUUM ANALYZE leasejobs_job")
         fill_seconds = time.monotonic() - started
         # The workers start on a full queue (jobs/s counts from the first start).
-        with self.workers(workers, ["--concurrency", str(concurrency)]) as group:
+        with self.workers(workers, _worker_args(concurrency, prefetch)) as group:
             deadline = time.monotonic() + 1800
             with self._arriving(arrive_rate) as arrivals:
                 limit = int(arrive_rate) + 1  # until only about a second of arrivals is left
@@ -508,6 +508,11 @@ class Bench:
         return int(row[0]) if row else 0
 
 
+def _worker_args(concurrency: int, prefetch: int | None) -> list[str]:
+    """``runworker``'s options for a measurement: ``--concurrency``, and ``--prefetch`` if given."""
+    return ["--concurrency", str(concurrency)] + ([] if prefetch is None else ["--prefetch", str(prefetch)])
+
+
 def median_of(runs: list[dict[str, Any]], key: str = "jobs_per_s") -> float:
     return float(statistics.median(r[key] for r in runs))
 
@@ -622,7 +627,9 @@ def _latency(b: Bench, options: dict[str, Any], results: dict[str, Any], step: C
             )
         load_rate = empty / 2
     step(f"latency under load: {jobs} jobs at {rate:g}/s, {workers} worker(s) draining {load_rate:,.0f}/s")
-    results["latency_under_load_ms"] = b.latency_under_load(jobs, rate, load_rate, workers, concurrency)
+    results["latency_under_load_ms"] = b.latency_under_load(
+        jobs, rate, load_rate, workers, concurrency, options["prefetch"]
+    )
 
 
 def _backlog(b: Bench, options: dict[str, Any], results: dict[str, Any], step: Callable[[str], None]) -> None:
@@ -651,7 +658,7 @@ def _backlog(b: Bench, options: dict[str, Any], results: dict[str, Any], step: C
             f"backlog round {n + 1}: {rows:,} queued jobs drained by {workers} worker(s) while "
             f"{arrive_rate:,.0f} jobs/s arrive"
         )
-        drained = b.backlog(rows, workers, concurrency, arrive_rate)
+        drained = b.backlog(rows, workers, concurrency, options["prefetch"], arrive_rate)
         rounds.append(
             {
                 "jobs_per_s": drained["jobs_per_s"],

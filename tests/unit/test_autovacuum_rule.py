@@ -12,8 +12,8 @@ def test_no_warning_when_the_server_and_the_table_both_vacuum():
 @pytest.mark.parametrize(
     ("server", "table", "says"),
     [
-        (False, True, "off on this PostgreSQL server"),
-        (False, False, "off on this PostgreSQL server"),
+        (False, True, "does not run on this PostgreSQL server"),
+        (False, False, "does not run on this PostgreSQL server"),
         (True, False, "off for leasejobs_job (autovacuum_enabled = false)"),
     ],
 )
