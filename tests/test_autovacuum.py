@@ -26,16 +26,24 @@ from tests.helpers import ROOT, worker_env
 worker_role = test_least_privilege.worker_role
 
 
-@pytest.fixture
-def table_autovacuum_off(transactional_db: None) -> Iterator[None]:
-    """``leasejobs_job`` with ``autovacuum_enabled = false``, committed where subprocesses see it."""
+def _changed(change: str, undo: str) -> Iterator[None]:
+    """``change`` committed (subprocesses see it) for the test, ``undo`` after it, whatever happened."""
     with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE leasejobs_job SET (autovacuum_enabled = false)")
+        cursor.execute(change)
     try:
         yield
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE leasejobs_job RESET (autovacuum_enabled)")
+            cursor.execute(undo)
+
+
+@pytest.fixture
+def table_autovacuum_off(transactional_db: None) -> Iterator[None]:
+    """``leasejobs_job`` with ``autovacuum_enabled = false``."""
+    yield from _changed(
+        "ALTER TABLE leasejobs_job SET (autovacuum_enabled = false)",
+        "ALTER TABLE leasejobs_job RESET (autovacuum_enabled)",
+    )
 
 
 def _status() -> tuple[bool, bool]:
@@ -95,14 +103,10 @@ def test_with_the_tables_switch_on_the_warning_follows_the_server(start_worker, 
 
 @pytest.fixture
 def catalog_hidden(transactional_db: None) -> Iterator[None]:
-    """``pg_class`` not readable by PUBLIC in the test database (restored afterwards)."""
-    with connection.cursor() as cursor:
-        cursor.execute("REVOKE SELECT ON pg_catalog.pg_class FROM PUBLIC")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("GRANT SELECT ON pg_catalog.pg_class TO PUBLIC")
+    """``pg_class`` not readable by PUBLIC in the test database."""
+    yield from _changed(
+        "REVOKE SELECT ON pg_catalog.pg_class FROM PUBLIC", "GRANT SELECT ON pg_catalog.pg_class TO PUBLIC"
+    )
 
 
 def test_a_role_that_may_not_read_the_catalog_still_starts_its_worker(
