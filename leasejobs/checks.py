@@ -38,6 +38,21 @@ def check_queues(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     return []
 
 
+@register()
+def check_vacuum(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The worker's VACUUM thresholds: a whole number or None, and a share of at least 0."""
+    threshold, scale = conf.get("VACUUM_THRESHOLD"), conf.get("VACUUM_SCALE_FACTOR")
+    found = []
+    if threshold is not None and (type(threshold) is not int or threshold < 0):
+        found.append(
+            "LEASEJOBS['VACUUM_THRESHOLD'] must be a whole number of rows, 0 or more, "
+            f"or None, not {threshold!r}."
+        )
+    if type(scale) not in (int, float) or scale < 0:
+        found.append(f"LEASEJOBS['VACUUM_SCALE_FACTOR'] must be a number, 0 or more, not {scale!r}.")
+    return [Error(message, id="leasejobs.E004") for message in found]
+
+
 @register(Tags.database)
 def check_pooler(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Error]:
     """Through a transaction pooler, settings that would break Django's or the worker's queries.

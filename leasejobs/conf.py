@@ -60,6 +60,13 @@ DEFAULTS: dict[str, Any] = {
     # set: the worker polls every POLL_INTERVAL_SECONDS instead.
     "LISTEN_DATABASE": None,
     "LISTEN_URL": None,
+    # The worker VACUUMs leasejobs_job itself once this many dead row versions
+    # (plus VACUUM_SCALE_FACTOR times the live rows) have piled up since the
+    # table's last VACUUM: a backlog drained faster than autovacuum visits
+    # slows every claim (docs/performance.md). None: never (runworker
+    # --no-vacuum). Only a role that may VACUUM the table does.
+    "VACUUM_THRESHOLD": 50_000,
+    "VACUUM_SCALE_FACTOR": 0.1,
 }
 
 

@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from json.scanner import make_scanner
 from typing import Any
 from urllib.parse import quote
@@ -132,11 +133,13 @@ class WorkerConnection:
         settings: dict[str, str] | None = None,
         pooled: bool = False,
         params: dict[str, Any] | None = None,
+        on_notice: Callable[[psycopg.errors.Diagnostic], None] | None = None,
     ) -> None:
         self.purpose = purpose
         self.worker_id = worker_id
         self.pooled = pooled
         self._params = params
+        self._on_notice = on_notice
         self._settings = settings or {}
         self._set_config = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(self._settings))
         self._settings_args = [part for pair in self._settings.items() for part in pair]
@@ -175,6 +178,8 @@ class WorkerConnection:
             self._failed()
             raise
         set_json_loads(_json_loads, self._conn)
+        if self._on_notice is not None:
+            self._conn.add_notice_handler(self._on_notice)
         if self._failures:
             logger.info("reconnected %s connection worker=%s", self.purpose, self.worker_id)
         self._failures = 0

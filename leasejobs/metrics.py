@@ -54,6 +54,11 @@ heartbeat_lag = Histogram(
     "How late a heartbeat tick ran after it was due.",
     buckets=STATEMENT_BUCKETS,
 )
+vacuum_seconds = Histogram(
+    "leasejobs_vacuum_seconds",
+    "Time of each VACUUM of leasejobs_job this worker ran (its _count: how many).",
+    buckets=(*STATEMENT_BUCKETS, 10.0, 30.0, 60.0),
+)
 threads_busy = Gauge("leasejobs_threads_busy", "Runner threads running a job body now.")
 threads = Gauge("leasejobs_threads", "Runner threads of this worker (--concurrency).")
 

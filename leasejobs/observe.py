@@ -171,6 +171,12 @@ def finish_statement(seconds: float) -> None:
         m.finish_seconds.observe(seconds)
 
 
+def vacuumed(seconds: float) -> None:
+    """Called after each VACUUM the worker ran on the job table, with its time."""
+    if (m := _metrics) is not None:
+        m.vacuum_seconds.observe(seconds)
+
+
 def _send(signal: Any, ctx: JobContext, **kwargs: Any) -> None:
     """Send ``signal``; a receiver that raises is logged, never passed on."""
     for receiver, result in signal.send_robust(sender=JobContext, ctx=ctx, **kwargs):

@@ -779,3 +779,32 @@ WHERE id IN (
     LIMIT %(limit)s
 )
 """
+
+# -- vacuum (the worker's vacuum thread, its own autocommit connection) -------
+
+#: The job table's dead and live row versions, from the statistics every
+#: backend reports (at most a second late; zero with ``track_counts`` off).
+#: NULLs when the table does not exist.
+DEAD_ROWS = """
+SELECT pg_stat_get_dead_tuples(to_regclass('leasejobs_job')),
+       pg_stat_get_live_tuples(to_regclass('leasejobs_job'))
+"""
+
+#: Whether this role may VACUUM the job table, as PostgreSQL decides it: the
+#: table's owner (or a member of its role, or a superuser), the database's
+#: owner, and from PostgreSQL 17 a role granted MAINTAIN. Anyone else's
+#: VACUUM is a notice and no work. NULL when the table does not exist.
+MAY_VACUUM = """
+SELECT pg_has_role(c.relowner, 'USAGE')
+       OR pg_has_role(d.datdba, 'USAGE')
+       OR CASE WHEN current_setting('server_version_num')::int >= 170000
+               THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END
+FROM pg_class AS c, pg_database AS d
+WHERE c.oid = to_regclass('leasejobs_job') AND d.datname = current_database()
+"""
+
+#: Remove the job table's dead row versions, unthrottled (a manual VACUUM has
+#: no cost delay). SKIP_LOCKED: when another worker (or autovacuum) is
+#: vacuuming it already, PostgreSQL says so in a notice and returns at once,
+#: instead of queueing behind it. It cannot run in a transaction block.
+VACUUM = "VACUUM (SKIP_LOCKED) leasejobs_job"

@@ -57,3 +57,9 @@ if find_spec("django.tasks") is not None:
 # exceed it with a result or side-effect data of a few kilobytes.
 if _max_payload := os.environ.get("LEASEJOBS_TEST_MAX_PAYLOAD_BYTES"):
     LEASEJOBS["MAX_PAYLOAD_BYTES"] = int(_max_payload)
+
+# A worker started with this variable vacuums the job table after that many
+# dead row versions, whatever its size (tests/test_vacuum.py).
+if _vacuum_threshold := os.environ.get("LEASEJOBS_TEST_VACUUM_THRESHOLD"):
+    LEASEJOBS["VACUUM_THRESHOLD"] = int(_vacuum_threshold)
+    LEASEJOBS["VACUUM_SCALE_FACTOR"] = 0.0

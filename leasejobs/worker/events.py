@@ -234,6 +234,29 @@ class Events:
             describe(exc),
         )
 
+    # -- vacuum ----------------------------------------------------------------
+
+    def vacuumed(self, seconds: float, dead_before: int, dead_after: int) -> None:
+        observe.vacuumed(seconds)
+        logger.info(
+            "vacuumed leasejobs_job worker=%s: %d dead row versions before, %d after, in %.2f s",
+            self.worker_id,
+            dead_before,
+            dead_after,
+            seconds,
+        )
+
+    def vacuum_not_allowed(self, why: str) -> None:
+        logger.info(
+            "this worker does not vacuum leasejobs_job worker=%s: its role may not (%s); autovacuum, "
+            "or the table's owner, must keep its dead row versions down",
+            self.worker_id,
+            one_line(why),
+        )
+
+    def vacuum_failed(self, exc: BaseException) -> None:
+        logger.warning("vacuum failed worker=%s: %s; trying again later", self.worker_id, describe(exc))
+
 
 def describe(exc: BaseException) -> str:
     """``Class: first line of the message``, on one line (even when ``str(exc)`` raises)."""

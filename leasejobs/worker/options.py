@@ -29,6 +29,9 @@ class WorkerOptions:
     prefetch: int | None = None
     #: Enqueue the jobs of periodic schedules (runworker --no-periodic: False).
     periodic: bool = True
+    #: VACUUM the job table when dead rows pile up (runworker --no-vacuum: False;
+    #: LEASEJOBS["VACUUM_THRESHOLD"] None turns it off everywhere).
+    vacuum: bool = True
     #: Through a transaction pooler or not, and where to LISTEN (``pooling.plan()``;
     #: None: direct, LISTEN on the queue's database).
     connections: ConnectionPlan | None = None

@@ -95,3 +95,15 @@ def timeout_deadline(started: float, timeout_seconds: float | None) -> float | N
 def mean_duration(previous: float | None, elapsed: float) -> float:
     """The smoothed body duration after one more body took ``elapsed`` seconds."""
     return elapsed if previous is None else previous + (elapsed - previous) / 16
+
+
+def vacuum_due(*, dead: int, live: int, floor: int, threshold: int, scale_factor: float) -> bool:
+    """Whether enough dead row versions piled up since ``floor`` to VACUUM the job table.
+
+    Autovacuum's rule (a threshold plus a share of the live rows), counted
+    from ``floor``: the dead rows a VACUUM could not remove last time (an
+    open transaction still sees them) or the count when this worker began
+    watching. Counting from zero would VACUUM again and again, in vain,
+    while an old snapshot holds them back.
+    """
+    return dead - floor >= threshold + scale_factor * live

@@ -7,7 +7,9 @@ Threads, each with one owner and its own database connection where it needs one:
 - the finisher thread writes outcomes in batches (``Finisher``);
 - the listener thread turns NOTIFY into a wake-up (``listener.listen``);
 - the periodic thread enqueues the jobs of periodic schedules as their ticks
-  come (``leasejobs.periodic.scheduler``; not with ``--no-periodic``).
+  come (``leasejobs.periodic.scheduler``; not with ``--no-periodic``);
+- the vacuum thread VACUUMs the job table when dead row versions pile up
+  (``Vacuumer``; not with ``--no-vacuum``).
 They share one thing, the table of held jobs (``HeldJobs``), which owns
 the lock. A thread that dies of anything but one job's data takes the
 process down with a clear line and a non-zero exit, so a supervisor restarts
@@ -37,6 +39,7 @@ from leasejobs.worker.listener import listen
 from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.runners import Runners
 from leasejobs.worker.shutdown import Shutdown
+from leasejobs.worker.vacuum import Vacuumer
 
 #: SQLSTATE of "permission denied".
 INSUFFICIENT_PRIVILEGE = "42501"
@@ -159,6 +162,8 @@ class Worker:
         periodic = None
         if scheduler is not None and scheduler.schedules:
             periodic = self._start(lambda: self._run_schedules(scheduler), "leasejobs-periodic")
+        if (vacuumer := self._vacuumer()) is not None:
+            self._start(lambda: vacuumer.run(self._done), "leasejobs-vacuum")
         self._start(self.heartbeater.run, "leasejobs-heartbeat")
         finisher = self._start(self.finisher.run, "leasejobs-finisher")
         for i in range(o.concurrency):
@@ -180,6 +185,18 @@ class Worker:
             self.store.close()
             self.shutdown.stopped()
             self.events.stopped(self.held.counts)
+
+    def _vacuumer(self) -> Vacuumer | None:
+        threshold = conf.get("VACUUM_THRESHOLD")
+        if not self.options.vacuum or threshold is None:
+            return None
+        return Vacuumer(
+            self.worker_id,
+            self.events,
+            threshold=int(threshold),
+            scale_factor=float(conf.get("VACUUM_SCALE_FACTOR")),
+            pooled=self.plan.pooled,
+        )
 
     def _sync_queue_settings(self) -> None:
         """Write LEASEJOBS["QUEUES"] to the queue table; a role not allowed to is told, not stopped."""

@@ -73,3 +73,20 @@ def test_timeout_deadline():
 def test_mean_duration_is_smoothed():
     assert rules.mean_duration(None, 1.0) == 1.0
     assert rules.mean_duration(1.0, 17.0) == 2.0
+
+
+@pytest.mark.parametrize(
+    ("dead", "live", "floor", "due"),
+    [
+        (49_999, 0, 0, False),  # below the threshold
+        (50_000, 0, 0, True),
+        (149_999, 1_000_000, 0, False),  # the threshold plus a tenth of the live rows
+        (150_000, 1_000_000, 0, True),
+        (900_000, 0, 880_000, False),  # what the last VACUUM could not remove does not count
+        (930_000, 0, 880_000, True),
+    ],
+)
+def test_vacuum_is_due_past_the_threshold_plus_a_share_of_the_live_rows_above_the_floor(
+    dead, live, floor, due
+):
+    assert rules.vacuum_due(dead=dead, live=live, floor=floor, threshold=50_000, scale_factor=0.1) is due

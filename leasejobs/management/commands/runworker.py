@@ -114,6 +114,12 @@ class Command(BaseCommand):
             help="Never enqueue periodic jobs from this worker (by default every worker does, "
             "and each tick is still enqueued once).",
         )
+        parser.add_argument(
+            "--no-vacuum",
+            action="store_true",
+            help="Never VACUUM leasejobs_job from this worker (by default a worker whose role may "
+            "does, when dead row versions pile up: LEASEJOBS['VACUUM_THRESHOLD']).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         _use_database(options["database"])
@@ -158,6 +164,7 @@ class Command(BaseCommand):
             grace_seconds=options["grace"],
             prefetch=options["prefetch"],
             periodic=not options["no_periodic"],
+            vacuum=not options["no_vacuum"],
         )
         if worker_id:
             result.worker_id = worker_id
