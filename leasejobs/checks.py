@@ -5,6 +5,7 @@ such as ``LEASE_SECOND`` stops the process with one clear line instead of
 being silently ignored.
 """
 
+import math
 from typing import Any
 
 import psycopg
@@ -48,7 +49,7 @@ def check_vacuum(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             "LEASEJOBS['VACUUM_THRESHOLD'] must be a whole number of rows, 0 or more, "
             f"or None, not {threshold!r}."
         )
-    if type(scale) not in (int, float) or scale < 0:
+    if type(scale) not in (int, float) or not 0 <= scale < math.inf:
         found.append(f"LEASEJOBS['VACUUM_SCALE_FACTOR'] must be a number, 0 or more, not {scale!r}.")
     return [Error(message, id="leasejobs.E004") for message in found]
 

@@ -7,6 +7,7 @@ a NOTIFY. Each connection survives a restarted server or a killed backend:
 a failed statement closes it, and the next use reconnects (with backoff).
 """
 
+import contextlib
 import json
 import logging
 import threading
@@ -241,6 +242,13 @@ class WorkerConnection:
             self.worker_id,
             type(exc).__name__,
         )
+
+    def cancel(self) -> None:
+        """Cancel the statement running now, from another thread (nothing if none runs)."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                conn.cancel_safe(timeout=2.0)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -782,12 +782,20 @@ WHERE id IN (
 
 # -- vacuum (the worker's vacuum thread, its own autocommit connection) -------
 
-#: The job table's dead and live row versions, from the statistics every
-#: backend reports (at most a second late; zero with ``track_counts`` off).
-#: NULLs when the table does not exist.
-DEAD_ROWS = """
-SELECT pg_stat_get_dead_tuples(to_regclass('leasejobs_job')),
-       pg_stat_get_live_tuples(to_regclass('leasejobs_job'))
+#: What the vacuum thread looks at every second, for the job table: its dead
+#: and live row versions, from the statistics every backend reports (a
+#: second late when it is busy, up to ten when it has gone idle); whether
+#: PostgreSQL counts them at all (``track_counts``); and whether a VACUUM of
+#: it is running now (another worker's: autovacuum's is visible only to roles
+#: that may read all statistics, and SKIP_LOCKED covers it). No row when the
+#: table does not exist.
+VACUUM_LOOK = """
+SELECT pg_stat_get_dead_tuples(t.oid),
+       pg_stat_get_live_tuples(t.oid),
+       current_setting('track_counts')::boolean,
+       EXISTS (SELECT FROM pg_stat_progress_vacuum AS p WHERE p.relid = t.oid)
+FROM (SELECT to_regclass('leasejobs_job') AS oid) AS t
+WHERE t.oid IS NOT NULL
 """
 
 #: Whether this role may VACUUM the job table, as PostgreSQL decides it: the
@@ -806,5 +814,8 @@ WHERE c.oid = to_regclass('leasejobs_job') AND d.datname = current_database()
 #: Remove the job table's dead row versions, unthrottled (a manual VACUUM has
 #: no cost delay). SKIP_LOCKED: when another worker (or autovacuum) is
 #: vacuuming it already, PostgreSQL says so in a notice and returns at once,
-#: instead of queueing behind it. It cannot run in a transaction block.
-VACUUM = "VACUUM (SKIP_LOCKED) leasejobs_job"
+#: instead of queueing behind it. TRUNCATE false: giving the empty pages at
+#: the table's end back to the system takes an ACCESS EXCLUSIVE lock, which
+#: would stop every claim and finish meanwhile; autovacuum does that when it
+#: can without waiting. It cannot run in a transaction block.
+VACUUM = "VACUUM (SKIP_LOCKED, TRUNCATE false) leasejobs_job"

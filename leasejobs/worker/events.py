@@ -246,16 +246,29 @@ class Events:
             seconds,
         )
 
-    def vacuum_not_allowed(self, why: str) -> None:
+    def vacuum_off(self, why: str) -> None:
         logger.info(
-            "this worker does not vacuum leasejobs_job worker=%s: its role may not (%s); autovacuum, "
-            "or the table's owner, must keep its dead row versions down",
+            "this worker does not vacuum leasejobs_job worker=%s: %s; autovacuum, or the table's owner, "
+            "must keep its dead row versions down",
             self.worker_id,
             one_line(why),
         )
 
-    def vacuum_failed(self, exc: BaseException) -> None:
-        logger.warning("vacuum failed worker=%s: %s; trying again later", self.worker_id, describe(exc))
+    def vacuum_skipped(self) -> None:
+        logger.debug("vacuum skipped worker=%s: leasejobs_job is being vacuumed already", self.worker_id)
+
+    def vacuum_warned(self, message: str) -> None:
+        logger.warning(
+            "VACUUM of leasejobs_job worker=%s: PostgreSQL warned: %s", self.worker_id, one_line(message)
+        )
+
+    def vacuum_failed(self, exc: BaseException, retry_in: float) -> None:
+        logger.warning(
+            "vacuum failed worker=%s: %s; the next in %.0f s at the earliest",
+            self.worker_id,
+            describe(exc),
+            retry_in,
+        )
 
 
 def describe(exc: BaseException) -> str:

@@ -106,4 +106,18 @@ def vacuum_due(*, dead: int, live: int, floor: int, threshold: int, scale_factor
     watching. Counting from zero would VACUUM again and again, in vain,
     while an old snapshot holds them back.
     """
-    return dead - floor >= threshold + scale_factor * live
+    return dead - floor > threshold + scale_factor * live
+
+
+#: The longest wait after a VACUUM in vain (or failed) before the next.
+VACUUM_BACKOFF_MAX_SECONDS = 60.0
+
+
+def vacuum_in_vain(*, before: int, after: int) -> bool:
+    """A VACUUM that left more than half of the dead rows it found: an old snapshot holds them."""
+    return after * 2 > before
+
+
+def vacuum_backoff(in_a_row: int) -> float:
+    """Seconds to wait after ``in_a_row`` VACUUMs in vain or failed: 2, 4, 8, ... up to a minute."""
+    return min(VACUUM_BACKOFF_MAX_SECONDS, 2.0 ** min(in_a_row, 10))

@@ -8,20 +8,28 @@ cost delay: a backlog drained at tens of thousands of jobs a second piles up
 millions of dead versions between its visits, and the drain slows by a
 quarter (docs/performance.md). So the worker looks at the table's statistics
 every second and, past ``LEASEJOBS["VACUUM_THRESHOLD"]`` plus
-``VACUUM_SCALE_FACTOR`` times the live rows, runs ``VACUUM (SKIP_LOCKED)``:
-one worker at a time (the others' VACUUM finds the table's vacuum lock taken
-and returns at once), unthrottled, on a connection of its own so that no
-claim, heartbeat or finish waits for it.
+``VACUUM_SCALE_FACTOR`` times the live rows, runs ``VACUUM (SKIP_LOCKED,
+TRUNCATE false)``: one worker at a time (a worker that sees another's VACUUM
+running waits for the next look, and one that starts anyway finds the lock
+taken and returns at once), unthrottled, on a connection of its own so that
+no claim, heartbeat or finish waits for it.
+
+What it must not do is VACUUM in vain again and again: after a VACUUM that
+removed less than half of what it found (an old snapshot still sees the
+rest), or one that failed (a ``statement_timeout``, a cancel), it waits 2 s,
+then 4 s, up to a minute, before the next. A stopping worker cancels its
+VACUUM: a deploy's ``migrate`` must not wait for it.
 
 The first time a VACUUM is due, the thread asks whether its role may run
 one (``sql.MAY_VACUUM``): a role that may not (only the table's or the
 database's owner may, and from PostgreSQL 17 a role granted MAINTAIN) would
-get a notice and no work. It says so in one line and stops looking.
+get a notice and no work. It says so in one line and stops looking; so it
+does when ``track_counts`` is off (PostgreSQL then counts no dead rows).
 """
 
 import threading
 import time
-from typing import Any
+from typing import NamedTuple
 
 import psycopg
 from psycopg.errors import Diagnostic
@@ -39,6 +47,21 @@ CHECK_SECONDS = 1.0
 LOCK_NOT_AVAILABLE = "55P03"
 
 
+class Look(NamedTuple):
+    """One reading of ``sql.VACUUM_LOOK``."""
+
+    dead: int
+    live: int
+    counting: bool
+    vacuuming: bool
+
+
+class Notice(NamedTuple):
+    severity: str | None
+    sqlstate: str | None
+    message: str
+
+
 class Vacuumer:
     def __init__(
         self,
@@ -48,42 +71,52 @@ class Vacuumer:
         threshold: int,
         scale_factor: float,
         pooled: bool,
-        params: dict[str, Any] | None = None,
     ) -> None:
         self.events = events
         self.threshold = threshold
         self.scale_factor = scale_factor
-        #: SQLSTATEs of the notices of the last VACUUM.
-        self._notices: list[str | None] = []
-        self._conn = WorkerConnection(
-            "vacuum", worker_id, pooled=pooled, params=params, on_notice=self._notice
-        )
+        #: The notices of the last VACUUM.
+        self._notices: list[Notice] = []
+        self._conn = WorkerConnection("vacuum", worker_id, pooled=pooled, on_notice=self._notice)
+        self._stop = threading.Event()
         #: Dead rows no VACUUM of ours could remove (see ``rules.vacuum_due``):
         #: 0 at first, so that a worker started on a bloated table vacuums it.
         self._floor = 0
-        #: Whether this role may vacuum the table; None until a VACUUM is first due.
+        #: Whether this role may vacuum the table; None until a VACUUM is due.
         self._allowed: bool | None = None
+        #: VACUUMs in vain or failed in a row, and when the next may start.
+        self._in_vain = 0
+        self._not_before = 0.0
 
-    def run(self, stop: threading.Event) -> None:
-        """Look every ``CHECK_SECONDS`` until ``stop`` is set or the role turns out not to be allowed."""
+    def run(self) -> None:
+        """Look every ``CHECK_SECONDS`` until stopped, or until it turns out this worker may not vacuum."""
         try:
-            while not stop.wait(CHECK_SECONDS):
+            while not self._stop.wait(CHECK_SECONDS):
                 if not self.check():
                     return
         finally:
             self._conn.close()
 
+    def stop(self) -> None:
+        """No VACUUM from now on, and the one running now is cancelled."""
+        self._stop.set()
+        self._conn.cancel()
+
     def check(self) -> bool:
-        """VACUUM if it is due; False once it turns out this role may not."""
+        """VACUUM if it is due; False once it turns out this worker may not."""
         try:
-            dead = self._dead_rows()
-            if dead is None:
+            look = self._look()
+            if look is None:
                 return True
-            before, live = dead
-            self._floor = min(self._floor, before)  # somebody vacuumed since
+            if not look.counting:
+                self.events.vacuum_off("track_counts is off, so PostgreSQL counts no dead row versions")
+                return False
+            self._floor = min(self._floor, look.dead)  # somebody vacuumed since
+            if look.vacuuming or time.monotonic() < self._not_before:
+                return True
             if not rules.vacuum_due(
-                dead=before,
-                live=live,
+                dead=look.dead,
+                live=look.live,
                 floor=self._floor,
                 threshold=self.threshold,
                 scale_factor=self.scale_factor,
@@ -95,43 +128,70 @@ class Vacuumer:
             began = time.perf_counter()
             self._conn.execute(sql.VACUUM)
             seconds = time.perf_counter() - began
-            after = self._dead_rows()
-        except psycopg.Error as exc:  # a lost connection, a cancelled statement: look again later
-            self.events.vacuum_failed(exc)
+            after = self._look()
+        except psycopg.Error as exc:  # a lost connection, a timeout, a cancel: later, not at once
+            if self._stop.is_set():
+                return False
+            self._back_off()
+            self.events.vacuum_failed(exc, self._not_before - time.monotonic())
             return True
-        # Done or skipped, count from what is left: what a VACUUM could not
-        # remove (an old snapshot still sees it), or what another worker's
-        # VACUUM, still running, is removing now.
-        self._floor = before if after is None else after[0]
-        if LOCK_NOT_AVAILABLE not in self._notices:
-            self.events.vacuumed(seconds, before, self._floor)
+        self._done(look, after, seconds)
         return True
+
+    def _done(self, look: Look, after: Look | None, seconds: float) -> None:
+        # Count from what is left: what this VACUUM could not remove, or what
+        # another's, still running, is removing now.
+        left = look.dead if after is None else after.dead
+        self._floor = left
+        warned = [n for n in self._notices if n.severity == "WARNING" and n.sqlstate != LOCK_NOT_AVAILABLE]
+        if warned:
+            # Its role may no longer vacuum the table (PostgreSQL then skips
+            # it), or PostgreSQL warns of something an operator must see.
+            self._allowed = None  # ask again before the next one
+            self._back_off()
+            self.events.vacuum_warned(warned[0].message)
+        elif any(n.sqlstate == LOCK_NOT_AVAILABLE for n in self._notices):
+            self.events.vacuum_skipped()
+        else:
+            self.events.vacuumed(seconds, look.dead, left)
+            if rules.vacuum_in_vain(before=look.dead, after=left):
+                self._back_off()
+            else:
+                self._in_vain = 0
+                self._not_before = 0.0
+
+    def _back_off(self) -> None:
+        self._in_vain += 1
+        self._not_before = time.monotonic() + rules.vacuum_backoff(self._in_vain)
 
     def _notice(self, notice: Diagnostic) -> None:
         # Read it now: a notice's fields are gone once the handler returns.
-        self._notices.append(notice.sqlstate)
+        self._notices.append(
+            Notice(notice.severity_nonlocalized, notice.sqlstate, notice.message_primary or "")
+        )
 
     def _may_vacuum(self) -> bool:
-        """Ask PostgreSQL once; a role that may not read the catalog is taken as not allowed."""
+        """Ask PostgreSQL; a role that may not read the catalog is taken as not allowed."""
         try:
             rows = self._conn.execute(sql.MAY_VACUUM)
         except CONNECTION_ERRORS:
             raise
         except psycopg.Error as exc:
             self._allowed = False
-            self.events.vacuum_not_allowed(describe(exc))
+            self.events.vacuum_off(f"its role may not read the catalog ({describe(exc)})")
             return False
         self._allowed = bool(rows and rows[0][0])
         if not self._allowed:
-            self.events.vacuum_not_allowed(
-                "only the owner of the table or of the database may, or from PostgreSQL 17 "
-                "a role granted MAINTAIN"
+            self.events.vacuum_off(
+                "its role may not (only a superuser, the table's or the database's owner, "
+                "or from PostgreSQL 17 a role granted MAINTAIN may)"
             )
         return self._allowed
 
-    def _dead_rows(self) -> tuple[int, int] | None:
-        """(dead, live) row versions of the job table, or None while it does not exist."""
-        rows = self._conn.execute(sql.DEAD_ROWS)
-        if not rows or rows[0][0] is None:
+    def _look(self) -> Look | None:
+        """The job table's dead rows and whether it is being vacuumed; None while it does not exist."""
+        rows = self._conn.execute(sql.VACUUM_LOOK)
+        if not rows:
             return None
-        return int(rows[0][0]), int(rows[0][1])
+        dead, live, counting, vacuuming = rows[0]
+        return Look(int(dead or 0), int(live or 0), bool(counting), bool(vacuuming))

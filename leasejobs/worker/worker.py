@@ -162,8 +162,8 @@ class Worker:
         periodic = None
         if scheduler is not None and scheduler.schedules:
             periodic = self._start(lambda: self._run_schedules(scheduler), "leasejobs-periodic")
-        if (vacuumer := self._vacuumer()) is not None:
-            self._start(lambda: vacuumer.run(self._done), "leasejobs-vacuum")
+        vacuumer = self._vacuumer()
+        vacuuming = None if vacuumer is None else self._start(vacuumer.run, "leasejobs-vacuum")
         self._start(self.heartbeater.run, "leasejobs-heartbeat")
         finisher = self._start(self.finisher.run, "leasejobs-finisher")
         for i in range(o.concurrency):
@@ -181,6 +181,9 @@ class Worker:
             self._done.set()
             if periodic is not None:
                 periodic.join(timeout=5)  # it closes its connection and logs its figures
+            if vacuumer is not None and vacuuming is not None:
+                vacuumer.stop()  # a deploy's migrate must not wait for our VACUUM
+                vacuuming.join(timeout=5)
             self._forget_me()
             self.store.close()
             self.shutdown.stopped()

@@ -78,15 +78,31 @@ def test_mean_duration_is_smoothed():
 @pytest.mark.parametrize(
     ("dead", "live", "floor", "due"),
     [
-        (49_999, 0, 0, False),  # below the threshold
-        (50_000, 0, 0, True),
-        (149_999, 1_000_000, 0, False),  # the threshold plus a tenth of the live rows
-        (150_000, 1_000_000, 0, True),
+        (50_000, 0, 0, False),  # up to the threshold: not yet (autovacuum's rule)
+        (50_001, 0, 0, True),
+        (150_000, 1_000_000, 0, False),  # the threshold plus a tenth of the live rows
+        (150_001, 1_000_000, 0, True),
         (900_000, 0, 880_000, False),  # what the last VACUUM could not remove does not count
-        (930_000, 0, 880_000, True),
+        (930_001, 0, 880_000, True),
     ],
 )
 def test_vacuum_is_due_past_the_threshold_plus_a_share_of_the_live_rows_above_the_floor(
     dead, live, floor, due
 ):
     assert rules.vacuum_due(dead=dead, live=live, floor=floor, threshold=50_000, scale_factor=0.1) is due
+
+
+def test_a_threshold_of_zero_vacuums_at_each_new_dead_row_not_at_each_look():
+    assert rules.vacuum_due(dead=7, live=0, floor=7, threshold=0, scale_factor=0.0) is False
+    assert rules.vacuum_due(dead=8, live=0, floor=7, threshold=0, scale_factor=0.0) is True
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "in_vain"), [(1000, 0, False), (1000, 500, False), (1000, 501, True)]
+)
+def test_a_vacuum_is_in_vain_when_it_left_more_than_half(before, after, in_vain):
+    assert rules.vacuum_in_vain(before=before, after=after) is in_vain
+
+
+def test_vacuums_in_vain_wait_twice_as_long_each_time_up_to_a_minute():
+    assert [rules.vacuum_backoff(n) for n in (1, 2, 3, 5, 6, 7, 1000)] == [2, 4, 8, 32, 60, 60, 60]
