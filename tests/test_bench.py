@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from leasejobs.bench.report import render
+from leasejobs.bench.report import pace, render
 from leasejobs.connection import database_url
 from leasejobs.models import Job
 from tests.helpers import MANY_CONNECTIONS
@@ -148,3 +148,40 @@ def test_a_backlog_is_drained_while_jobs_arrive_each_round_against_the_empty_tab
         assert re.search(line, text), text
     header = text.splitlines()[0]
     assert header.endswith("  autovacuum off") == (results["machine"]["autovacuum"] == "off")
+
+
+@MANY_CONNECTIONS
+def test_a_backlog_drained_again_without_vacuum_is_reported_and_drawn(bench_env, tmp_path):
+    drawing = tmp_path / "backlog.png"
+    args = ["--json", "--jobs", "300", "--workers", "2", "--repeat", "1", "--enqueue-jobs", "0",
+            "--latency-jobs", "0", "--backlog", "20000", "--arrive-rate", "200",
+            "--backlog-without-vacuum", "--plot-backlog", str(drawing)]  # fmt: skip
+    results = json.loads(bench(*args))
+    backlog = results["backlog"]
+    (only,) = backlog["rounds"]
+    without = only["without_vacuum"]
+    assert without["empty"] == only["empty"]  # one reference for both drains
+    assert without["of_empty"] == without["jobs_per_s"] / without["empty"]
+    assert backlog["without_vacuum"] == {"jobs_per_s": without["jobs_per_s"], "of_empty": without["of_empty"]}
+    for drain in (only, without):
+        claimed = [n for _, n in drain["timeline"]]
+        assert claimed == sorted(claimed) and all(0 <= n <= 20000 for n in claimed)
+    assert not Job.objects.exists()
+    text = render(results)
+    assert re.search(
+        r"the same, the workers with --no-vacuum\s+[\d,]+ jobs/s  \(\d+% of the empty table's\)", text
+    )
+    assert re.search(r"  backlog round 1, --no-vacuum\s+[\d,]+ jobs/s against [\d,]+ empty", text), text
+    assert drawing.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and drawing.stat().st_size > 10_000
+
+
+def test_the_pace_of_a_drain_is_read_between_two_shares_of_its_backlog():
+    steady_then_slow = [(0.0, 0), (1.0, 400), (2.0, 800), (4.0, 900), (6.0, 1000)]
+    assert pace(steady_then_slow, 1000, (0.1, 0.2)) == pytest.approx(400)  # 100 jobs in 0.25 s
+    assert pace(steady_then_slow, 1000, (0.8, 0.9)) == pytest.approx(50)  # 100 jobs in 2 s
+    assert pace(steady_then_slow[:2], 1000, (0.8, 0.9)) is None  # not sampled that far
+
+
+def test_plot_backlog_needs_a_backlog(bench_env):
+    with pytest.raises(CommandError, match="--plot-backlog draws the --backlog drains"):
+        bench("--jobs", "0", "--enqueue-jobs", "0", "--latency-jobs", "0", "--plot-backlog", "x.png")

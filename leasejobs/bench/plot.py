@@ -61,3 +61,55 @@ def plot(results: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_backlog(results: dict[str, Any], path: str) -> None:
+    """Each backlog drain's pace (jobs/s over 2 s) against the jobs it had claimed; --no-vacuum dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    backlog = results["backlog"]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for n, r in enumerate(backlog["rounds"]):
+        drains = [(r, "the worker's VACUUM", "-")]
+        if "without_vacuum" in r:
+            drains.append((r["without_vacuum"], "--no-vacuum", "--"))
+        for drain, name, style in drains:
+            points = _paces(drain["timeline"])
+            ax.plot(
+                [claimed / 1000 for claimed, _ in points],
+                [rate for _, rate in points],
+                color=colors[n % len(colors)],
+                linestyle=style,
+                linewidth=1,
+                label=f"round {n + 1}, {name}: {drain['jobs_per_s']:,.0f} jobs/s",
+            )
+        if r["empty"]:
+            ax.axhline(r["empty"], color=colors[n % len(colors)], linewidth=0.6, linestyle=":")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("backlog jobs claimed (thousands)")
+    ax.set_ylabel("jobs/s over the last 2 s")
+    m = results["machine"]
+    ax.set_title(
+        f"{backlog['rows']:,} queued no-op jobs drained by {backlog['workers']} workers while "
+        f"{backlog['arrive_rate']:,.0f}/s arrive\n(dotted: the empty table just before; "
+        f"{m['cpus']} CPUs, PostgreSQL {m['postgresql'].split()[0]})",
+        fontsize=9,
+    )
+    ax.grid(True, linewidth=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _paces(timeline: list[tuple[float, int]], window: int = 4) -> list[tuple[float, float]]:
+    """(claimed, jobs/s) over ``window`` samples (half a second apart), at each window's middle."""
+    points = []
+    for (t0, n0), (t1, n1) in zip(timeline, timeline[window:], strict=False):
+        if t1 > t0:
+            points.append(((n0 + n1) / 2, (n1 - n0) / (t1 - t0)))
+    return points

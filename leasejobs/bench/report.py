@@ -1,5 +1,6 @@
 """The bench's results as the plain-text table ``leasejobs_bench`` prints."""
 
+import itertools
 from typing import Any
 
 
@@ -163,8 +164,42 @@ def _backlog_rows(bl: dict[str, Any]) -> list[tuple[str, str]]:
     if bl["of_empty"] is not None:
         value += f"  ({bl['of_empty']:.0%} of the empty table's just before)"
     lines = [(label, value)]
-    if len(rounds) > 1:
+    if (without := bl.get("without_vacuum")) is not None:
+        value = f"{_n(without['jobs_per_s'])} jobs/s"
+        if without["of_empty"] is not None:
+            value += f"  ({without['of_empty']:.0%} of the empty table's)"
+        lines.append(("the same, the workers with --no-vacuum", value))
+    if len(rounds) > 1 or without is not None:
         for n, r in enumerate(rounds, 1):
-            empty = "" if r["empty"] is None else f" against {_n(r['empty'])} empty ({r['of_empty']:.0%})"
-            lines.append((f"  backlog round {n}", f"{_n(r['jobs_per_s'])} jobs/s{empty}"))
+            lines.append((f"  backlog round {n}", _drain(r, bl["rows"])))
+            if "without_vacuum" in r:
+                lines.append((f"  backlog round {n}, --no-vacuum", _drain(r["without_vacuum"], bl["rows"])))
     return lines
+
+
+def _drain(r: dict[str, Any], rows: int) -> str:
+    """One drain: jobs/s against its empty-table figure, and its pace early and late."""
+    text = f"{_n(r['jobs_per_s'])} jobs/s"
+    if r["empty"] is not None:
+        text += f" against {_n(r['empty'])} empty ({r['of_empty']:.0%})"
+    timeline = r.get("timeline") or []
+    early, late = pace(timeline, rows, (0.1, 0.2)), pace(timeline, rows, (0.8, 0.9))
+    if early is not None and late is not None:
+        text += f"; {_n(early)} jobs/s in its 2nd tenth, {_n(late)} in its 9th"
+    return text
+
+
+def pace(timeline: list[tuple[float, int]], rows: int, between: tuple[float, float]) -> float | None:
+    """Jobs/s of a drain of ``rows`` between two shares of them, from its (seconds, claimed) samples."""
+    times = [_when(timeline, share * rows) for share in between]
+    if times[0] is None or times[1] is None or times[1] <= times[0]:
+        return None
+    return (between[1] - between[0]) * rows / (times[1] - times[0])
+
+
+def _when(timeline: list[tuple[float, int]], claimed: float) -> float | None:
+    """When the drain had claimed ``claimed`` jobs, interpolated between samples."""
+    for (t0, n0), (t1, n1) in itertools.pairwise(timeline):
+        if n0 <= claimed <= n1 and n1 > n0:
+            return t0 + (t1 - t0) * (claimed - n0) / (n1 - n0)
+    return None

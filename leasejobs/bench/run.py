@@ -343,13 +343,23 @@ class Bench:
         return figures
 
     def backlog(
-        self, rows: int, workers: int, concurrency: int, prefetch: int | None, arrive_rate: float
+        self,
+        rows: int,
+        workers: int,
+        concurrency: int,
+        prefetch: int | None,
+        arrive_rate: float,
+        *,
+        vacuum: bool = True,
     ) -> dict[str, Any]:
         """Drain ``rows`` queued no-op jobs with ``workers`` processes while more arrive at ``arrive_rate``/s.
 
         The backlog is inserted in one statement and vacuumed, as a queue
         that fell behind for a while would be; jobs/s counts every job the
-        workers finished, from the first start to the last finish.
+        workers finished, from the first start to the last finish. Without
+        ``vacuum`` the workers run with ``--no-vacuum``. ``timeline`` holds
+        (seconds, backlog jobs claimed) every half second: how the drain's
+        pace changes as it goes.
         """
         self.clear()
         started = time.monotonic()
@@ -368,14 +378,21 @@ class Bench:
         self.conn.execute("VACUUM ANALYZE leasejobs_job")
         fill_seconds = time.monotonic() - started
         # The workers start on a full queue (jobs/s counts from the first start).
-        with self.workers(workers, _worker_args(concurrency, prefetch)) as group:
-            deadline = time.monotonic() + 1800
+        first = self._frontier()
+        timeline: list[tuple[float, int]] = []
+        args = _worker_args(concurrency, prefetch) + ([] if vacuum else ["--no-vacuum"])
+        with self.workers(workers, args) as group:
+            began = time.monotonic()
+            deadline = began + 1800
             with self._arriving(arrive_rate) as arrivals:
                 limit = int(arrive_rate) + 1  # until only about a second of arrivals is left
                 while self._queued(limit) >= limit:
                     group.check_alive()
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"the backlog of {rows:,} jobs was not drained in 30 minutes")
+                    frontier = self._frontier()
+                    if first is not None and frontier is not None:
+                        timeline.append((time.monotonic() - began, min(rows, frontier - first)))
                     time.sleep(0.5)
             while self._queued():
                 group.check_alive()
@@ -396,7 +413,22 @@ class Bench:
             "arrive_rate": arrive_rate,
             "arrived": arrivals.count,
             "jobs_per_s": done / seconds if seconds > 0 else float("inf"),
+            "vacuum": vacuum,
+            "timeline": timeline,
         }
+
+    def _frontier(self) -> int | None:
+        """The id of the first bench job not finished, in claim order: the backlog's rows are claimed by id.
+
+        One step of the claim index, as a claim takes it (the arrivals come
+        after every backlog row, their ``run_at`` being later).
+        """
+        row = self.poll.execute(
+            "SELECT id FROM leasejobs_job WHERE queue = %s AND status IN ('queued', 'running')"
+            " ORDER BY priority DESC, run_at, id LIMIT 1",
+            [QUEUE],
+        ).fetchone()
+        return int(row[0]) if row else None
 
     def _queued(self, limit: int | None = None) -> int:
         """Bench jobs not finished yet (counted up to ``limit``: a cheap look at a long queue)."""
@@ -659,15 +691,11 @@ def _backlog(b: Bench, options: dict[str, Any], results: dict[str, Any], step: C
             f"{arrive_rate:,.0f} jobs/s arrive"
         )
         drained = b.backlog(rows, workers, concurrency, options["prefetch"], arrive_rate)
-        rounds.append(
-            {
-                "jobs_per_s": drained["jobs_per_s"],
-                "arrived": drained["arrived"],
-                "fill_seconds": drained["fill_seconds"],
-                "empty": empty,
-                "of_empty": drained["jobs_per_s"] / empty if empty else None,
-            }
-        )
+        rounds.append(_backlog_round(drained, empty))
+        if options.get("backlog_without_vacuum"):
+            step(f"backlog round {n + 1}: the same again, the workers with --no-vacuum")
+            without = b.backlog(rows, workers, concurrency, options["prefetch"], arrive_rate, vacuum=False)
+            rounds[-1]["without_vacuum"] = _backlog_round(without, empty)
     ratios = [r["of_empty"] for r in rounds if r["of_empty"] is not None]
     results["backlog"] = {
         "rows": rows,
@@ -678,6 +706,24 @@ def _backlog(b: Bench, options: dict[str, Any], results: dict[str, Any], step: C
         "jobs_per_s": median_of(rounds),
         "arrived": sum(r["arrived"] for r in rounds),
         "of_empty": float(statistics.median(ratios)) if ratios else None,
+    }
+    drains = [r["without_vacuum"] for r in rounds if "without_vacuum" in r]
+    if drains:
+        shares = [d["of_empty"] for d in drains if d["of_empty"] is not None]
+        results["backlog"]["without_vacuum"] = {
+            "jobs_per_s": median_of(drains),
+            "of_empty": float(statistics.median(shares)) if shares else None,
+        }
+
+
+def _backlog_round(drained: dict[str, Any], empty: float | None) -> dict[str, Any]:
+    return {
+        "jobs_per_s": drained["jobs_per_s"],
+        "arrived": drained["arrived"],
+        "fill_seconds": drained["fill_seconds"],
+        "empty": empty,
+        "of_empty": drained["jobs_per_s"] / empty if empty else None,
+        "timeline": drained["timeline"],
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leasejobs.bench.plot import plot
+from leasejobs.bench.plot import plot, plot_backlog
 from leasejobs.bench.report import render
 from leasejobs.bench.run import VERBOSITY, Bench, run_all, to_json
 from leasejobs.management.arguments import non_negative_int, positive_float, positive_int, positive_ints
@@ -143,6 +143,12 @@ class Command(BaseCommand):
             help="Measure --backlog N times, each right after its own empty-table figure (1).",
         )
         parser.add_argument(
+            "--backlog-without-vacuum",
+            action="store_true",
+            help="In each --backlog round, drain the backlog a second time with workers that do not "
+            "VACUUM the job table (runworker --no-vacuum), against the same empty-table figure.",
+        )
+        parser.add_argument(
             "--arrive-rate",
             type=positive_float,
             default=1000.0,
@@ -168,13 +174,22 @@ class Command(BaseCommand):
             metavar="FILE.png",
             help="Draw processing jobs/s against concurrency, one line per worker count (needs matplotlib).",
         )
+        parser.add_argument(
+            "--plot-backlog",
+            metavar="FILE.png",
+            help="Draw each --backlog drain's jobs/s as it goes (needs matplotlib).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["plot"]:
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError:
-                raise CommandError("--plot needs matplotlib: pip install matplotlib") from None
+        for option in ("plot", "plot_backlog"):
+            if options[option]:
+                try:
+                    import matplotlib  # noqa: F401
+                except ImportError:
+                    flag = "--" + option.replace("_", "-")
+                    raise CommandError(f"{flag} needs matplotlib: pip install matplotlib") from None
+        if options["plot_backlog"] and not options["backlog"]:
+            raise CommandError("--plot-backlog draws the --backlog drains: give --backlog N.")
         b = Bench(verbosity=VERBOSITY[options["worker_log_level"][0]], progress=not options["json"])
         try:
             results = run_all(b, options, lambda text: self._step(options, text), self.stderr.write)
@@ -189,6 +204,9 @@ class Command(BaseCommand):
         if options["plot"]:
             plot(results, options["plot"])
             self.stderr.write(f"plot written to {options['plot']}")
+        if options["plot_backlog"]:
+            plot_backlog(results, options["plot_backlog"])
+            self.stderr.write(f"plot written to {options['plot_backlog']}")
 
     def _step(self, options: dict[str, Any], text: str) -> None:
         if not options["json"] and options["verbosity"] > 0:
