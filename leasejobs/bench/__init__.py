@@ -20,6 +20,10 @@ What it measures, on the database Django is configured for:
   machine in this run;
 - a large table (``--table-rows N``): N finished jobs are inserted first, the
   processing run is repeated, and the claim's plan is printed;
+- a backlog (``--backlog N``): N queued jobs drained while more arrive, each
+  round against the empty table measured just before it, its pace sampled
+  every half second at the claim index's front; ``--backlog-without-vacuum``
+  drains it again with ``runworker --no-vacuum`` (``--plot-backlog`` draws both);
 - HOT updates: ``n_tup_hot_upd / n_tup_upd`` of the jobs table, for the
   processing runs and for a window in which only heartbeats write;
 - worker memory: the resident set size of each worker process while it works.
