@@ -122,8 +122,11 @@ class WorkerConnection:
     startup ``options`` are refused and a session ``SET`` would land on
     whichever server connection the pooler lends next, so there each
     statement runs in a transaction of its own after ``set_config(...,
-    true)``, which leaves no session state. ``pooled`` also turns off
-    server-side prepared statements, which a transaction pooler cannot keep.
+    true)``, which leaves no session state; without
+    ``settings_in_transaction`` (for statements that cannot run in a
+    transaction, such as VACUUM) they are left out there. ``pooled`` also
+    turns off server-side prepared statements, which a transaction pooler
+    cannot keep.
     """
 
     def __init__(
@@ -135,12 +138,14 @@ class WorkerConnection:
         pooled: bool = False,
         params: dict[str, Any] | None = None,
         on_notice: Callable[[psycopg.errors.Diagnostic], None] | None = None,
+        settings_in_transaction: bool = True,
     ) -> None:
         self.purpose = purpose
         self.worker_id = worker_id
         self.pooled = pooled
         self._params = params
         self._on_notice = on_notice
+        self._settings_in_transaction = settings_in_transaction
         self._settings = settings or {}
         self._set_config = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(self._settings))
         self._settings_args = [part for pair in self._settings.items() for part in pair]
@@ -212,7 +217,7 @@ class WorkerConnection:
         with self._lock:
             conn = self.connect()
             try:
-                if not self.pooled or not self._settings:
+                if not self.pooled or not self._settings or not self._settings_in_transaction:
                     cursor = conn.execute(query, params)
                     return cursor.fetchall() if cursor.description else []
                 with conn.transaction():

@@ -785,15 +785,20 @@ WHERE id IN (
 #: What the vacuum thread looks at every second, for the job table: its dead
 #: and live row versions, from the statistics every backend reports (a
 #: second late when it is busy, up to ten when it has gone idle); whether
-#: PostgreSQL counts them at all (``track_counts``); and whether a VACUUM of
-#: it is running now (another worker's: autovacuum's is visible only to roles
-#: that may read all statistics, and SKIP_LOCKED covers it). No row when the
-#: table does not exist.
+#: PostgreSQL counts them at all (``track_counts``); how many VACUUMs, manual
+#: and automatic, it has had (one that ended since the last look left its
+#: remainder in the dead count); and whether a VACUUM of it is running now in
+#: this database (another worker's of the same role: others' are visible only
+#: to roles that may read all statistics, and SKIP_LOCKED covers them). No
+#: row when the table does not exist.
 VACUUM_LOOK = """
 SELECT pg_stat_get_dead_tuples(t.oid),
        pg_stat_get_live_tuples(t.oid),
        current_setting('track_counts')::boolean,
-       EXISTS (SELECT FROM pg_stat_progress_vacuum AS p WHERE p.relid = t.oid)
+       pg_stat_get_vacuum_count(t.oid) + pg_stat_get_autovacuum_count(t.oid),
+       EXISTS (SELECT FROM pg_stat_progress_vacuum AS p
+               WHERE p.relid = t.oid
+                 AND p.datid = (SELECT oid FROM pg_database WHERE datname = current_database()))
 FROM (SELECT to_regclass('leasejobs_job') AS oid) AS t
 WHERE t.oid IS NOT NULL
 """

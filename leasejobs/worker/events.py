@@ -247,11 +247,13 @@ class Events:
         )
 
     def vacuum_off(self, why: str) -> None:
-        logger.info(
-            "this worker does not vacuum leasejobs_job worker=%s: %s; autovacuum, or the table's owner, "
-            "must keep its dead row versions down",
+        logger.info("this worker does not vacuum leasejobs_job worker=%s: %s", self.worker_id, one_line(why))
+
+    def vacuum_look_failed(self, exc: BaseException) -> None:
+        logger.warning(
+            "vacuum thread cannot read the job table's statistics worker=%s: %s; it looks again every second",
             self.worker_id,
-            one_line(why),
+            describe(exc),
         )
 
     def vacuum_skipped(self) -> None:

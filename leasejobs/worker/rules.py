@@ -109,7 +109,11 @@ def vacuum_due(*, dead: int, live: int, floor: int, threshold: int, scale_factor
     return dead - floor > threshold + scale_factor * live
 
 
-#: The longest wait after a VACUUM in vain (or failed) before the next.
+#: The first wait after a VACUUM in vain (or failed) before the next: more
+#: than the 10 s a backend that went idle may take to report the rows it made
+#: dead (PostgreSQL 15's statistics), which would otherwise look like new ones.
+VACUUM_BACKOFF_SECONDS = 15.0
+#: The longest wait.
 VACUUM_BACKOFF_MAX_SECONDS = 60.0
 
 
@@ -119,5 +123,5 @@ def vacuum_in_vain(*, before: int, after: int) -> bool:
 
 
 def vacuum_backoff(in_a_row: int) -> float:
-    """Seconds to wait after ``in_a_row`` VACUUMs in vain or failed: 2, 4, 8, ... up to a minute."""
-    return min(VACUUM_BACKOFF_MAX_SECONDS, 2.0 ** min(in_a_row, 10))
+    """Seconds to wait after ``in_a_row`` VACUUMs in vain or failed: 15, 30, then a minute each time."""
+    return min(VACUUM_BACKOFF_MAX_SECONDS, VACUUM_BACKOFF_SECONDS * 2.0 ** min(in_a_row - 1, 10))

@@ -14,11 +14,19 @@ running waits for the next look, and one that starts anyway finds the lock
 taken and returns at once), unthrottled, on a connection of its own so that
 no claim, heartbeat or finish waits for it.
 
-What it must not do is VACUUM in vain again and again: after a VACUUM that
-removed less than half of what it found (an old snapshot still sees the
-rest), or one that failed (a ``statement_timeout``, a cancel), it waits 2 s,
-then 4 s, up to a minute, before the next. A stopping worker cancels its
+What it must not do is VACUUM in vain again and again. It counts from what
+the last VACUUM (anybody's: the table's VACUUM count tells) left, and after
+a VACUUM of its own that removed less than half of what it found (an old
+snapshot still sees the rest) or that failed (a cancel, a lost connection),
+it waits 15 s, then 30 s, then a minute, before the next: longer than the
+10 s a backend that went idle may take to report the rows it made dead,
+which would otherwise look like new ones. A stopping worker cancels its
 VACUUM: a deploy's ``migrate`` must not wait for it.
+
+On a direct connection the VACUUM runs with ``vacuum_cost_delay`` and
+``statement_timeout`` at 0, whatever the role or ``DATABASES`` say; through
+a transaction pooler a session setting cannot be made for one statement
+that may not run in a transaction, so there the role's settings apply.
 
 The first time a VACUUM is due, the thread asks whether its role may run
 one (``sql.MAY_VACUUM``): a role that may not (only the table's or the
@@ -42,9 +50,15 @@ from leasejobs.worker.events import Events, describe
 #: How often the thread reads the table's dead rows: one cheap statement.
 CHECK_SECONDS = 1.0
 
+#: How long ``stop`` goes on cancelling a VACUUM that is starting or running.
+STOP_SECONDS = 3.0
+
 #: SQLSTATE of the notice a VACUUM (SKIP_LOCKED) gives when another holds the
-#: table's vacuum lock: somebody is vacuuming it already.
+#: table's vacuum lock (another VACUUM, or an ANALYZE).
 LOCK_NOT_AVAILABLE = "55P03"
+
+#: Unthrottled and never timed out, whatever the role or DATABASES say.
+VACUUM_SETTINGS = {"vacuum_cost_delay": "0", "statement_timeout": "0"}
 
 
 class Look(NamedTuple):
@@ -53,6 +67,7 @@ class Look(NamedTuple):
     dead: int
     live: int
     counting: bool
+    vacuums: int
     vacuuming: bool
 
 
@@ -77,16 +92,29 @@ class Vacuumer:
         self.scale_factor = scale_factor
         #: The notices of the last VACUUM.
         self._notices: list[Notice] = []
-        self._conn = WorkerConnection("vacuum", worker_id, pooled=pooled, on_notice=self._notice)
+        self._conn = WorkerConnection(
+            "vacuum",
+            worker_id,
+            settings=VACUUM_SETTINGS,
+            pooled=pooled,
+            on_notice=self._notice,
+            settings_in_transaction=False,
+        )
         self._stop = threading.Event()
-        #: Dead rows no VACUUM of ours could remove (see ``rules.vacuum_due``):
-        #: 0 at first, so that a worker started on a bloated table vacuums it.
+        #: Set while a VACUUM is about to run or runs: what ``stop`` cancels.
+        self._busy = threading.Event()
+        #: Dead rows no VACUUM could remove (see ``rules.vacuum_due``): 0 at
+        #: first, so that a worker started on a bloated table vacuums it.
         self._floor = 0
+        #: The table's VACUUM count at the last look (None: no look yet).
+        self._vacuums: int | None = None
         #: Whether this role may vacuum the table; None until a VACUUM is due.
         self._allowed: bool | None = None
         #: VACUUMs in vain or failed in a row, and when the next may start.
         self._in_vain = 0
         self._not_before = 0.0
+        #: The look failed last time (said once per run of failures).
+        self._look_failing = False
 
     def run(self) -> None:
         """Look every ``CHECK_SECONDS`` until stopped, or until it turns out this worker may not vacuum."""
@@ -98,67 +126,87 @@ class Vacuumer:
             self._conn.close()
 
     def stop(self) -> None:
-        """No VACUUM from now on, and the one running now is cancelled."""
+        """No VACUUM from now on; one starting or running is cancelled (for up to ``STOP_SECONDS``)."""
         self._stop.set()
-        self._conn.cancel()
+        deadline = time.monotonic() + STOP_SECONDS
+        while self._busy.is_set() and time.monotonic() < deadline:
+            self._conn.cancel()
+            time.sleep(0.1)  # the VACUUM may not have reached the server yet: cancel again
 
     def check(self) -> bool:
         """VACUUM if it is due; False once it turns out this worker may not."""
+        look = self._read()
+        if look is None:
+            return not self._stop.is_set() and self._allowed is not False
+        if not look.counting:
+            self.events.vacuum_off(
+                "track_counts is off, so PostgreSQL counts no dead row versions and autovacuum does not "
+                "run either; run VACUUM leasejobs_job often"
+            )
+            return False
+        if self._vacuums is not None and look.vacuums != self._vacuums:
+            self._floor = look.dead  # a VACUUM ended since: what it left is the new floor
+        self._vacuums = look.vacuums
+        self._floor = min(self._floor, look.dead)
+        if look.vacuuming or time.monotonic() < self._not_before:
+            return True
+        if not rules.vacuum_due(
+            dead=look.dead,
+            live=look.live,
+            floor=self._floor,
+            threshold=self.threshold,
+            scale_factor=self.scale_factor,
+        ):
+            return True
+        return self._vacuum(look)
+
+    def _vacuum(self, look: Look) -> bool:
+        self._busy.set()
         try:
-            look = self._look()
-            if look is None:
-                return True
-            if not look.counting:
-                self.events.vacuum_off("track_counts is off, so PostgreSQL counts no dead row versions")
+            if self._stop.is_set():
                 return False
-            self._floor = min(self._floor, look.dead)  # somebody vacuumed since
-            if look.vacuuming or time.monotonic() < self._not_before:
-                return True
-            if not rules.vacuum_due(
-                dead=look.dead,
-                live=look.live,
-                floor=self._floor,
-                threshold=self.threshold,
-                scale_factor=self.scale_factor,
-            ):
-                return True
             if self._allowed is None and not self._may_vacuum():
                 return False
             self._notices.clear()
             began = time.perf_counter()
             self._conn.execute(sql.VACUUM)
             seconds = time.perf_counter() - began
-            after = self._look()
-        except psycopg.Error as exc:  # a lost connection, a timeout, a cancel: later, not at once
+        except psycopg.Error as exc:  # a lost connection, a cancel: later, not at once
             if self._stop.is_set():
                 return False
             self._back_off()
             self.events.vacuum_failed(exc, self._not_before - time.monotonic())
             return True
+        finally:
+            self._busy.clear()
+        after = self._read()
         self._done(look, after, seconds)
         return True
 
-    def _done(self, look: Look, after: Look | None, seconds: float) -> None:
-        # Count from what is left: what this VACUUM could not remove, or what
-        # another's, still running, is removing now.
+    def _done(self, look: Look, after: "Look | None", seconds: float) -> None:
+        if any(n.sqlstate == LOCK_NOT_AVAILABLE for n in self._notices):
+            # Another VACUUM or an ANALYZE holds the lock: try again at the
+            # next look (a VACUUM's end moves the floor there).
+            self.events.vacuum_skipped()
+            return
         left = look.dead if after is None else after.dead
         self._floor = left
-        warned = [n for n in self._notices if n.severity == "WARNING" and n.sqlstate != LOCK_NOT_AVAILABLE]
+        if after is not None:
+            self._vacuums = after.vacuums
+        warned = [n for n in self._notices if n.severity == "WARNING"]
         if warned:
             # Its role may no longer vacuum the table (PostgreSQL then skips
             # it), or PostgreSQL warns of something an operator must see.
             self._allowed = None  # ask again before the next one
             self._back_off()
             self.events.vacuum_warned(warned[0].message)
-        elif any(n.sqlstate == LOCK_NOT_AVAILABLE for n in self._notices):
-            self.events.vacuum_skipped()
+            return
+        self.events.vacuumed(seconds, look.dead, left)
+        if rules.vacuum_in_vain(before=look.dead, after=left):
+            self._back_off()
         else:
-            self.events.vacuumed(seconds, look.dead, left)
-            if rules.vacuum_in_vain(before=look.dead, after=left):
-                self._back_off()
-            else:
-                self._in_vain = 0
-                self._not_before = 0.0
+            self._in_vain = 0
+            self._not_before = 0.0
 
     def _back_off(self) -> None:
         self._in_vain += 1
@@ -177,21 +225,36 @@ class Vacuumer:
         except CONNECTION_ERRORS:
             raise
         except psycopg.Error as exc:
-            self._allowed = False
-            self.events.vacuum_off(f"its role may not read the catalog ({describe(exc)})")
-            return False
+            return self._not_allowed(f"its role may not read the catalog ({describe(exc)})")
         self._allowed = bool(rows and rows[0][0])
         if not self._allowed:
-            self.events.vacuum_off(
+            return self._not_allowed(
                 "its role may not (only a superuser, the table's or the database's owner, "
                 "or from PostgreSQL 17 a role granted MAINTAIN may)"
             )
-        return self._allowed
+        return True
 
-    def _look(self) -> Look | None:
-        """The job table's dead rows and whether it is being vacuumed; None while it does not exist."""
-        rows = self._conn.execute(sql.VACUUM_LOOK)
+    def _not_allowed(self, why: str) -> bool:
+        self._allowed = False
+        self.events.vacuum_off(
+            f"{why}; autovacuum, or the table's owner, must keep its dead row versions down"
+        )
+        return False
+
+    def _read(self) -> Look | None:
+        """The look, or None: no table yet, or a failure (said once; a role that may not read it: off)."""
+        try:
+            rows = self._conn.execute(sql.VACUUM_LOOK)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self._not_allowed(f"its role may not read the table's statistics ({describe(exc)})")
+            return None
+        except psycopg.Error as exc:
+            if not self._look_failing and not self._stop.is_set():
+                self.events.vacuum_look_failed(exc)
+            self._look_failing = True
+            return None
+        self._look_failing = False
         if not rows:
             return None
-        dead, live, counting, vacuuming = rows[0]
-        return Look(int(dead or 0), int(live or 0), bool(counting), bool(vacuuming))
+        dead, live, counting, vacuums, vacuuming = rows[0]
+        return Look(int(dead or 0), int(live or 0), bool(counting), int(vacuums or 0), bool(vacuuming))

@@ -104,5 +104,5 @@ def test_a_vacuum_is_in_vain_when_it_left_more_than_half(before, after, in_vain)
     assert rules.vacuum_in_vain(before=before, after=after) is in_vain
 
 
-def test_vacuums_in_vain_wait_twice_as_long_each_time_up_to_a_minute():
-    assert [rules.vacuum_backoff(n) for n in (1, 2, 3, 5, 6, 7, 1000)] == [2, 4, 8, 32, 60, 60, 60]
+def test_vacuums_in_vain_wait_15_s_then_30_then_a_minute():
+    assert [rules.vacuum_backoff(n) for n in (1, 2, 3, 4, 1000)] == [15, 30, 60, 60, 60]
