@@ -191,8 +191,8 @@ def test_two_workers_vacuum_in_vain_once_between_them(start_worker, old_snapshot
         assert b.check()  # the VACUUM count moved: what it left is b's floor, nothing is due
         assert _vacuums() == before + 1
     finally:
-        a.stop()
-        b.stop()
+        a.close()
+        b.close()
 
 
 def test_a_stopping_worker_cancels_its_vacuum(transactional_db, monkeypatch):
@@ -289,3 +289,34 @@ def test_bad_thresholds_are_one_clear_error(threshold, scale, wrong):
 def test_good_thresholds_pass(threshold, scale):
     with override_settings(LEASEJOBS={"VACUUM_THRESHOLD": threshold, "VACUUM_SCALE_FACTOR": scale}):
         assert check_vacuum() == []
+
+
+@pytest.fixture
+def database_statement_timeout(transactional_db: None) -> Iterator[None]:
+    """New sessions of the test database get a statement_timeout of 50 ms (as a DBA might set)."""
+    name = connection.settings_dict["NAME"]
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{name}" SET statement_timeout = 50')
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER DATABASE "{name}" RESET statement_timeout')
+
+
+def test_a_statement_timeout_of_the_database_does_not_cut_the_vacuum(
+    database_statement_timeout, monkeypatch, caplog
+):
+    monkeypatch.setattr(sql, "VACUUM", "SELECT pg_sleep(0.3)")  # a VACUUM longer than the timeout
+    vacuumer = Vacuumer("test-timeout", Events("test-timeout"), threshold=0, scale_factor=0.0, pooled=False)
+    _enqueue(10)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM leasejobs_job")
+    _dead_reported(10)
+    try:
+        with caplog.at_level("INFO", logger="leasejobs.worker"):
+            assert vacuumer.check()
+        lines = [r.getMessage().split(":")[0] for r in caplog.records if r.name == "leasejobs.worker"]
+        assert lines == ["vacuumed leasejobs_job worker=test-timeout"]
+    finally:
+        vacuumer.close()

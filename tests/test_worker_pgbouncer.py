@@ -154,3 +154,16 @@ def test_the_django_tasks_backend_through_pgbouncer(start_worker, via_pgbouncer)
     result = dtasks.meaning_of_life.enqueue()
     wait_until(lambda: dtasks.meaning_of_life.get_result(result.id).is_finished, what="task finished")
     assert dtasks.meaning_of_life.get_result(result.id).return_value == 42
+
+
+def test_the_worker_vacuums_through_the_pooler(start_worker):
+    """VACUUM cannot run in a transaction: through a pooler it goes without the session settings."""
+    jobs = record.bulk_enqueue([((i,), {}) for i in range(300)])
+    worker = start_worker("--worker-id", "a", env={"LEASEJOBS_TEST_VACUUM_THRESHOLD": "200"})
+    wait_until(lambda: Job.objects.filter(id__in=[j.id for j in jobs], status="done").count() == 300)
+    worker.wait_for_log(
+        r"INFO leasejobs\.worker vacuumed leasejobs_job worker=a: \d+ dead row versions", timeout=30
+    )
+    assert worker.count(r"vacuum failed|cannot read the job table's statistics|does not vacuum") == 0, (
+        worker.log()
+    )

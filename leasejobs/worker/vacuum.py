@@ -123,7 +123,11 @@ class Vacuumer:
                 if not self.check():
                     return
         finally:
-            self._conn.close()
+            self.close()
+
+    def close(self) -> None:
+        """Close its connection; call it from the thread that runs ``check``."""
+        self._conn.close()
 
     def stop(self) -> None:
         """No VACUUM from now on; one starting or running is cancelled (for up to ``STOP_SECONDS``)."""
