@@ -236,13 +236,13 @@ class Events:
 
     # -- vacuum ----------------------------------------------------------------
 
-    def vacuumed(self, seconds: float, dead_before: int, dead_after: int) -> None:
+    def vacuumed(self, seconds: float, dead_before: int, dead_after: int | None) -> None:
         observe.vacuumed(seconds)
         logger.info(
-            "vacuumed leasejobs_job worker=%s: %d dead row versions before, %d after, in %.2f s",
+            "vacuumed leasejobs_job worker=%s: %d dead row versions before, %s after, in %.2f s",
             self.worker_id,
             dead_before,
-            dead_after,
+            "unknown" if dead_after is None else dead_after,
             seconds,
         )
 

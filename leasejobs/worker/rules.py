@@ -122,6 +122,11 @@ def vacuum_in_vain(*, before: int, after: int) -> bool:
     return after * 2 > before
 
 
+def vacuum_retry_after_skip(in_a_row: int) -> float:
+    """Seconds to wait after ``in_a_row`` VACUUMs skipped for a taken lock: 5, 10, 20, ... a minute."""
+    return min(VACUUM_BACKOFF_MAX_SECONDS, 5.0 * 2.0 ** min(in_a_row - 1, 10))
+
+
 def vacuum_backoff(in_a_row: int) -> float:
     """Seconds to wait after ``in_a_row`` VACUUMs in vain or failed: 15, 30, then a minute each time."""
     return min(VACUUM_BACKOFF_MAX_SECONDS, VACUUM_BACKOFF_SECONDS * 2.0 ** min(in_a_row - 1, 10))

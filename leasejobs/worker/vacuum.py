@@ -113,6 +113,9 @@ class Vacuumer:
         #: VACUUMs in vain or failed in a row, and when the next may start.
         self._in_vain = 0
         self._not_before = 0.0
+        #: VACUUMs skipped in a row (the lock was taken), and when to try again.
+        self._skipped = 0
+        self._skipped_until = 0.0
         #: The look failed last time (said once per run of failures).
         self._look_failing = False
 
@@ -150,9 +153,10 @@ class Vacuumer:
             return False
         if self._vacuums is not None and look.vacuums != self._vacuums:
             self._floor = look.dead  # a VACUUM ended since: what it left is the new floor
+            self._skipped, self._skipped_until = 0, 0.0
         self._vacuums = look.vacuums
         self._floor = min(self._floor, look.dead)
-        if look.vacuuming or time.monotonic() < self._not_before:
+        if look.vacuuming or time.monotonic() < max(self._not_before, self._skipped_until):
             return True
         if not rules.vacuum_due(
             dead=look.dead,
@@ -183,20 +187,20 @@ class Vacuumer:
             return True
         finally:
             self._busy.clear()
-        after = self._read()
+        after = None if self._stop.is_set() else self._read()
         self._done(look, after, seconds)
         return True
 
     def _done(self, look: Look, after: "Look | None", seconds: float) -> None:
         if any(n.sqlstate == LOCK_NOT_AVAILABLE for n in self._notices):
-            # Another VACUUM or an ANALYZE holds the lock: try again at the
-            # next look (a VACUUM's end moves the floor there).
+            # Another VACUUM (autovacuum's, another role's: not in the
+            # progress view) or an ANALYZE holds the lock. Try again in 5 s,
+            # 10 s, ... a minute (each try is a WARNING in the server's log),
+            # or once a VACUUM's end moves the floor.
+            self._skipped += 1
+            self._skipped_until = time.monotonic() + rules.vacuum_retry_after_skip(self._skipped)
             self.events.vacuum_skipped()
             return
-        left = look.dead if after is None else after.dead
-        self._floor = left
-        if after is not None:
-            self._vacuums = after.vacuums
         warned = [n for n in self._notices if n.severity == "WARNING"]
         if warned:
             # Its role may no longer vacuum the table (PostgreSQL then skips
@@ -205,6 +209,12 @@ class Vacuumer:
             self._back_off()
             self.events.vacuum_warned(warned[0].message)
             return
+        if after is None:
+            # Done, but what it left is unknown (the look after it failed, or
+            # the worker is stopping): the next look's VACUUM count tells.
+            self.events.vacuumed(seconds, look.dead, None)
+            return
+        left, self._floor, self._vacuums = after.dead, after.dead, after.vacuums
         self.events.vacuumed(seconds, look.dead, left)
         if rules.vacuum_in_vain(before=look.dead, after=left):
             self._back_off()

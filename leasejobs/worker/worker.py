@@ -170,6 +170,8 @@ class Worker:
             self._start(self.runners.run, f"leasejobs-runner-{i}")
         try:
             self.claimer.run(self.shutdown.requested)
+            if vacuumer is not None:
+                vacuumer.stop()  # stopping: a deploy's migrate must not wait for a VACUUM of ours
             self._drain()
         finally:
             self.shutdown.releasing()
@@ -182,7 +184,7 @@ class Worker:
             if periodic is not None:
                 periodic.join(timeout=5)  # it closes its connection and logs its figures
             if vacuumer is not None and vacuuming is not None:
-                vacuumer.stop()  # a deploy's migrate must not wait for our VACUUM
+                vacuumer.stop()  # again, if claiming ended in an exception
                 vacuuming.join(timeout=5)
             self._forget_me()
             self.store.close()

@@ -104,5 +104,9 @@ def test_a_vacuum_is_in_vain_when_it_left_more_than_half(before, after, in_vain)
     assert rules.vacuum_in_vain(before=before, after=after) is in_vain
 
 
+def test_skipped_vacuums_try_again_in_5_s_then_10_up_to_a_minute():
+    assert [rules.vacuum_retry_after_skip(n) for n in (1, 2, 3, 4, 5, 1000)] == [5, 10, 20, 40, 60, 60]
+
+
 def test_vacuums_in_vain_wait_15_s_then_30_then_a_minute():
     assert [rules.vacuum_backoff(n) for n in (1, 2, 3, 4, 1000)] == [15, 30, 60, 60, 60]
