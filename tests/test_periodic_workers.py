@@ -27,6 +27,7 @@ from tests.helpers import MANY_CONNECTIONS, wait_until
 STAMP = "tests.testapp.tasks.stamp"
 SKEWED_CLOCK = Path(__file__).resolve().parent / "chaos" / "skewed_clock"
 SECOND = dt.timedelta(seconds=1)
+ENQUEUED = r"periodic job enqueued "
 
 
 def env_for(schedules: list[dict], clock_skew: float = 0.0) -> dict[str, str]:
@@ -127,19 +128,33 @@ def test_worker_clocks_an_hour_off_neither_duplicate_nor_skip_a_tick(start_worke
     # enqueue every tick of the next hour at once; one an hour behind none.
     schedules = [every_second("skewed", catch_up="all")]
     workers = [start_worker(env=env_for(schedules, skew)) for skew in (3600.0, -3600.0, 3600.0, -3600.0)]
+    ahead, behind = workers[0::2], workers[1::2]
     for w in workers:
         w.wait_for_log(r"worker started", timeout=60)
     # Those clocks really are off: the log's timestamps come from them.
-    stamp = re.search(r"^(\S+ \S+),\d+ ", workers[0].log(), re.M).group(1)
-    ahead = dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.UTC) - db_now()
-    assert abs(ahead.total_seconds() - 3600) < 120, ahead
-    wait_until(lambda: len(ticks_of("skewed")) >= 12, timeout=90, what="a dozen ticks")
+    stamp = re.search(r"^(\S+ \S+),\d+ ", ahead[0].log(), re.M).group(1)
+    off = dt.datetime.fromisoformat(stamp).replace(tzinfo=dt.UTC) - db_now()
+    assert abs(off.total_seconds() - 3600) < 120, off
+    wait_until(lambda: len(ticks_of("skewed")) >= 4, timeout=90, what="the first ticks, all four racing")
+    # Whichever worker wins the race, each side must enqueue too: pause the
+    # other side (SIGSTOP) until this one has enqueued two more ticks.
+    for paused, running in ((ahead, behind), (behind, ahead)):
+        for w in paused:
+            w.signal(signal.SIGSTOP)
+        done = sum(w.count(ENQUEUED) for w in running)
+        wait_until(
+            lambda running=running, done=done: sum(w.count(ENQUEUED) for w in running) >= done + 2,
+            timeout=30,
+            what="ticks enqueued by the running side",
+        )
+        for w in paused:
+            w.signal(signal.SIGCONT)
+    settled = len(ticks_of("skewed"))
+    wait_until(lambda: len(ticks_of("skewed")) >= settled + 3, timeout=30, what="ticks after the pauses")
     stop_all(workers)
     ticks = ticks_of("skewed")
     assert_one_job_per_tick("skewed", ticks[0], ticks[-1])
     assert ticks[-1] <= db_now()
-    enqueuers = {m for w in workers for m in re.findall(r"periodic job enqueued .* worker=(\S+)", w.log())}
-    assert len(enqueuers) >= 2, "more than one skewed worker enqueued ticks"
 
 
 def cron_ticks(start: dt.datetime, end: dt.datetime, step: int) -> list[dt.datetime]:
