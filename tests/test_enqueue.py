@@ -1,12 +1,15 @@
 """Enqueue: transactional, bulk, idempotent, JSON-only, validated, NOTIFY on commit."""
 
+import contextlib
 import datetime as dt
+import functools
 import math
+import threading
 import time
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, OperationalError, connection, connections, transaction
 from django.db.models.signals import post_init, pre_init
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -268,3 +271,117 @@ def test_run_at_and_delay_schedule_the_job():
     assert add.using(run_at=later).enqueue(1, 1).run_at == later
     delayed = add.using(delay=dt.timedelta(minutes=10)).enqueue(1, 1)
     assert dt.timedelta(minutes=9) < delayed.run_at - timezone.now() < dt.timedelta(minutes=11)
+
+
+# -- the cursor enqueue() keeps on Django's connection (leasejobs.enqueue._kept_cursor)
+
+
+def test_enqueue_goes_on_after_the_connection_is_closed_or_its_backend_killed():
+    first = add.enqueue(1, 1)
+    connection.close()
+    second = add.enqueue(2, 2)  # a new connection, and a cursor on it
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    with psycopg.connect(**connection_params(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(OperationalError):  # Django's error, as from any cursor of its own
+        add.enqueue(3, 3)
+    connection.close()  # what Django does at the end of the request
+    third = add.enqueue(4, 4)
+    assert [(j.id, j.args) for j in Job.objects.order_by("id")] == [
+        (first.id, [1, 1]),
+        (second.id, [2, 2]),
+        (third.id, [4, 4]),
+    ]
+
+
+def test_every_enqueue_is_seen_by_captured_queries_and_execute_wrappers():
+    wrapped = []
+
+    def wrapper(execute, sql, params, many, context):
+        wrapped.append(sql)
+        return execute(sql, params, many, context)
+
+    add.enqueue(0, 0)  # a cursor kept from before the capture starts
+    with CaptureQueriesContext(connection) as queries, connection.execute_wrapper(wrapper):
+        for i in range(3):
+            add.enqueue(i, i)
+    assert ["INSERT INTO leasejobs_job" in q["sql"] for q in queries] == [True] * 3
+    assert len(wrapped) == 3
+    add.enqueue(9, 9)
+    assert len(wrapped) == 3  # the wrapper is gone with its block
+
+
+def test_an_aborted_transaction_fails_its_enqueue_and_the_next_one_works():
+    with pytest.raises(DatabaseError), transaction.atomic():
+        with connection.cursor() as cursor, pytest.raises(DatabaseError):
+            cursor.execute("SELECT 1/0")
+        add.enqueue(1, 1)  # current transaction is aborted
+    job = add.enqueue(2, 2)
+    assert list(Job.objects.values_list("id", "args")) == [(job.id, [2, 2])]
+
+
+def test_threads_enqueueing_at_once_each_get_their_own_jobs_back_even_on_a_shared_connection():
+    """One connection per thread; and a connection shared by threads, as Django's test servers share it.
+
+    An execute wrapper sleeps between each statement and its fetch (as an
+    instrumentation's I/O would), so other threads run in between.
+    """
+
+    def yielding(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        time.sleep(0.0005)
+        return result
+
+    def enqueue_many(tag: int, out: dict[int, list[tuple[int, list[int]]]]) -> None:
+        own = not connection.allow_thread_sharing
+        try:
+            with connection.execute_wrapper(yielding) if own else contextlib.nullcontext():
+                out[tag] = [(job.id, job.args) for job in (record.enqueue(tag, i) for i in range(150))]
+        finally:
+            if own:
+                connection.close()
+
+    for shared in (False, True):
+        returned: dict[int, list[tuple[int, list[int]]]] = {}
+        threads = [threading.Thread(target=enqueue_many, args=(tag, returned)) for tag in range(4)]
+        if shared:
+            connection.inc_thread_sharing()
+            for thread in threads:  # every thread uses this thread's connection
+                thread.run = functools.partial(_with_connection, connections["default"], thread.run)
+        try:
+            with connection.execute_wrapper(yielding) if shared else contextlib.nullcontext():
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join(timeout=60)
+                    assert not thread.is_alive()
+        finally:
+            if shared:
+                connection.dec_thread_sharing()
+        stored = dict(Job.objects.values_list("id", "args"))
+        assert sorted(returned) == [0, 1, 2, 3]
+        for tag, jobs in returned.items():
+            assert [args for _, args in jobs] == [[tag, i] for i in range(150)]
+            assert all(stored[job_id] == args for job_id, args in jobs), "a thread got another's job"
+        Job.objects.all().delete()
+
+
+def _with_connection(shared, run):
+    """Run ``run`` with ``shared`` as this thread's default connection (as LiveServerThread does)."""
+    connections["default"] = shared
+    try:
+        run()
+    finally:
+        del connections["default"]
+
+
+def test_a_changed_time_zone_returns_the_enqueued_job_as_django_reads_it(settings):
+    add.enqueue(0, 0)  # a cursor kept under the first time zone
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Asia/Tokyo"
+    job = add.enqueue(1, 1)
+    stored = Job.objects.get(pk=job.pk)
+    assert (job.created_at, job.run_at) == (stored.created_at, stored.created_at)
+    assert job.created_at.tzinfo is None
