@@ -42,6 +42,7 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
     output = bench(*TINY, "--worker-log-level", "warning")
     for label in (
         "enqueue, single (task.enqueue, Django connection)",
+        "enqueue's own INSERT sent bare (ENQUEUE_PLAIN, one cursor)",
         "bare INSERT, one row per statement (same Django connection, one cursor)",
         "bare INSERT, one row per statement (same Django connection, a cursor each)",
         "enqueue, bulk (bulk_enqueue, 1,000 per call)",

@@ -21,6 +21,13 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
                 single += " with a cursor per statement"
             single += ")"
         rows.append(("enqueue, single (task.enqueue, Django connection)", single))
+        if "statement" in enqueue:
+            statement, bare = enqueue["statement"], enqueue.get("bare_insert_django")
+            text = _n(statement) + " jobs/s"
+            if bare:
+                text += f"  ({statement / bare:.0%} of the bare INSERT;"
+                text += f" enqueue() is {enqueue['single'] / statement:.0%} of it)"
+            rows.append(("enqueue's own INSERT sent bare (ENQUEUE_PLAIN, one cursor)", text))
         if "bare_insert_django" in enqueue:
             rows.append(
                 (

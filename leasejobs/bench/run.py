@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from leasejobs import sql, store
+from leasejobs import conf, sql, store
 from leasejobs.bench import raw
 from leasejobs.bench.db import CLAIM_SESSION, connect, machine
 from leasejobs.bench.tasks import HISTORY_QUEUE, NOOP, QUEUE, register_tasks
@@ -202,6 +202,33 @@ class Bench:
         for _ in range(jobs):
             noop.enqueue()
         rate = jobs / (time.perf_counter() - started)
+        self.clear()
+        return rate
+
+    def enqueue_statement(self, jobs: int) -> float:
+        """Jobs/s of ``enqueue()``'s own INSERT (``ENQUEUE_PLAIN``) sent bare, one row per statement.
+
+        On one cursor of Django's connection with fixed parameters: the row,
+        its indexes and its NOTIFY without any of ``enqueue()``'s Python. Between
+        it and the bare INSERT lies the SQL's cost, between it and ``enqueue()``
+        the Python's.
+        """
+        noop = self.tasks["noop"]
+        params = {
+            "task_name": noop.name,
+            "queue": noop.queue,
+            "priority": noop.priority,
+            "args": "[]",
+            "kwargs": "{}",
+            "max_attempts": noop.max_attempts,
+            "channel": conf.get("NOTIFY_CHANNEL"),
+        }
+        with connections[db_alias()].cursor() as cursor:
+            started = time.perf_counter()
+            for _ in range(jobs):
+                cursor.execute(sql.ENQUEUE_PLAIN, params)
+                cursor.fetchall()
+            rate = jobs / (time.perf_counter() - started)
         self.clear()
         return rate
 
@@ -602,10 +629,11 @@ def _enqueue_and_raw(
     if n:
         step(f"enqueue {n:,} jobs, single (beside a bare INSERT on the same connection) and bulk")
         # Alternated, so that all three see the same disk: each commit waits for its flush.
-        single, bare, bare_cursor_each = zip(
+        single, statement, bare, bare_cursor_each = zip(
             *(
                 (
                     b.enqueue_single(n),
+                    b.enqueue_statement(n),
                     raw.raw_insert_django(b.conn, n),
                     raw.raw_insert_django(b.conn, n, cursor_each=True),
                 )
@@ -615,6 +643,7 @@ def _enqueue_and_raw(
         )
         results["enqueue"] = {
             "single": statistics.median(single),
+            "statement": statistics.median(statement),
             "bare_insert_django": statistics.median(bare),
             "bare_insert_django_cursor_each": statistics.median(bare_cursor_each),
             "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
