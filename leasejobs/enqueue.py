@@ -9,17 +9,13 @@ checked here, where the caller can still see the error.
 
 import contextlib
 import datetime as dt
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorWrapper
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
-from django.utils.asyncio import async_unsafe
 
 from leasejobs import conf, sql, tracing
 from leasejobs.conf import db_alias
@@ -226,45 +222,13 @@ def insert(spec: JobSpec) -> Job:
 
 
 def _insert(spec: JobSpec, trace_context: dict[str, str] | None) -> Job:
-    with _one_transaction(spec):
-        cursor = _kept_cursor(connections[db_alias()])
+    with _one_transaction(spec), connections[db_alias()].cursor() as cursor:
         cursor.execute(*_enqueue_statement(spec, trace_context))
         row = cursor.fetchone()
         _make_key_slots(cursor, spec)
     if row is None:
         return Job.objects.using(db_alias()).get(idempotency_key=spec.idempotency_key)
     return _jobs(spec, [(spec.args, spec.kwargs)], [row[0]], row[1], row[2], trace_context)[0]
-
-
-#: Per Django connection (one per thread): the psycopg connection, the time
-#: zone and the psycopg cursor that ``_kept_cursor`` keeps.
-_kept: "weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, Any, Any]]" = weakref.WeakKeyDictionary()
-
-
-@async_unsafe
-def _kept_cursor(db: BaseDatabaseWrapper) -> CursorWrapper:
-    """``db.cursor()``, with the psycopg cursor underneath kept from one enqueue to the next.
-
-    A new psycopg cursor looks up its parameters' dumpers and its result's
-    loaders anew: about a tenth of a single ``enqueue()`` (docs/performance.md).
-    Everything else is ``cursor()``'s own path, through the backend's public
-    methods: the health check, a (re)connection, the thread check, the debug
-    cursor while queries are logged (``DEBUG``, ``assertNumQueries``) and the
-    execute wrappers. A new psycopg connection or time zone gets a new cursor;
-    a connection shared between threads (Django's test servers) gets a cursor
-    per call, as two threads may not share one cursor.
-    """
-    if db.allow_thread_sharing:
-        return db.cursor()
-    db.close_if_health_check_failed()
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    raw, zone = db.connection, db.timezone
-    kept = _kept.get(db)
-    if kept is None or kept[0] is not raw or kept[1] != zone or kept[2].closed:
-        with db.wrap_database_errors:
-            kept = _kept[db] = (raw, zone, db.create_cursor())
-    return db.make_debug_cursor(kept[2]) if db.queries_logged else db.make_cursor(kept[2])
 
 
 def _enqueue_statement(spec: JobSpec, trace_context: dict[str, str] | None) -> tuple[str, dict[str, Any]]:
