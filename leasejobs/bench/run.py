@@ -628,7 +628,7 @@ def _enqueue_and_raw(
     repeat, n = options["repeat"], options["enqueue_jobs"]
     if n:
         step(f"enqueue {n:,} jobs, single (beside a bare INSERT on the same connection) and bulk")
-        # Alternated, so that all three see the same disk: each commit waits for its flush.
+        # Alternated, so that all four see the same disk: each commit waits for its flush.
         single, statement, bare, bare_cursor_each = zip(
             *(
                 (
