@@ -162,13 +162,18 @@ def test_dead_rows_an_old_snapshot_still_sees_get_one_vacuum_not_one_a_second(
 def test_a_vacuum_in_vain_under_load_is_followed_by_none_for_15_s(start_worker, vacuum_env, old_snapshot):
     """New dead rows past the threshold every second, none removable: one VACUUM, then it waits."""
     worker = start_worker(env=vacuum_env)
+    worker.wait_for_log(r"worker started", timeout=60)  # a loaded machine takes seconds to start one
     began = _vacuums()
+    _enqueue(200)  # 400 dead versions once drained, twice the threshold
+    wait_until(lambda: _vacuums() > began, 40, what="the first VACUUM (in vain)")
+    first = time.monotonic()
     for _ in range(5):
-        _enqueue(200)  # 400 dead versions a second, twice the threshold
+        _enqueue(200)  # 400 dead versions a second
         time.sleep(1)
-    _drained(1000)
+    _drained(1200)
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
+    assert time.monotonic() - first < 15, "too slow to tell: the 15 s of backoff are over"
     assert _vacuums() - began == 1, worker.log()
     assert worker.count(VACUUMED) == 1, worker.log()
 
