@@ -114,7 +114,7 @@ class Heartbeater:
                 job.ctx.mark_cancel_requested()
                 self.events.cancel_requested(job)
             if not row.held:
-                if self.held.drop(job, lost=True):
+                if self.held.not_held(job):
                     why = "taken over, no longer running, or its place under a limit lost"
                     self.events.lease_lost(job, f"heartbeat found the job {why}")
             elif not row.renewed:

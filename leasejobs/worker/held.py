@@ -13,6 +13,10 @@ Every held job is in one phase, and only these moves exist::
         +--settle---------+                   |   (a refusal settles a buffered job)
         +--drop-----------+--drop-------------+--> DROPPED
 
+A heartbeat that finds the row moved on drops a BUFFERED or RUNNING job but
+never a SETTLED one: that may be its own finish, committed a moment before
+the finisher marks it FINISHED (see ``not_held``).
+
 FINISHED and DROPPED jobs leave the table. ``HeldJobs`` owns the lock, the
 buffer of jobs waiting for a runner and the counters; nobody else changes a
 job's phase.
@@ -203,6 +207,20 @@ class HeldJobs:
         return True
 
     # -- heartbeats and timeouts ------------------------------------------------
+
+    def not_held(self, job: HeldJob) -> bool:
+        """The heartbeat found the row no longer this attempt's; True if the lease is lost now.
+
+        A BUFFERED or RUNNING attempt is dropped as lost. A SETTLED one is
+        not: its own finish may be what moved the row on (committed, and not
+        yet marked FINISHED here), so its fenced write decides, and a refused
+        one is reported by the finisher. It only gets no more heartbeats.
+        """
+        with self.lock:
+            if job.phase is Phase.SETTLED:
+                job.beating = False
+                return False
+        return self.drop(job, lost=True)
 
     def to_beat(self) -> list[HeldJob]:
         """The attempts whose lease must stay alive: held, and not timed out."""

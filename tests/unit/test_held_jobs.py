@@ -2,9 +2,10 @@
 
 Random interleavings of claim (including a re-claim of a job the worker
 still holds an older attempt of), take, settle, timeout, finish, drop,
-heartbeat and stop must keep the table and the model in step: a job is held
-exactly while the model says so, in the model's phase, heartbeated exactly
-while held and not timed out, and an attempt's move never touches another
+heartbeat, a heartbeat that finds the row moved on, and stop must keep the
+table and the model in step: a job is held exactly while the model says so,
+in the model's phase, heartbeated exactly while held and not timed out (nor
+found moved on once settled), and an attempt's move never touches another
 attempt of the same job.
 """
 
@@ -106,6 +107,25 @@ class HeldJobsMachine(RuleBasedStateMachine):
         ok = self.table.drop(self.jobs[key], lost=True)
         assert ok == (key in self.phase)
         if ok:
+            del self.phase[key]
+            if key in self.buffer:
+                self.buffer.remove(key)
+            assert self.jobs[key].ctx.lease_lost
+
+    @rule(data=st.data())
+    def heartbeat_finds_it_not_held(self, data: st.DataObject) -> None:
+        """A settled attempt stays for its finish to decide; any other held one is lost."""
+        if not self.jobs:
+            return
+        key = data.draw(st.sampled_from(sorted(self.jobs, key=lambda k: (k.id, k.attempt))))
+        phase = self.phase.get(key)
+        marked_before = self.jobs[key].ctx.lease_lost
+        ok = self.table.not_held(self.jobs[key])
+        assert ok == (phase in (Phase.BUFFERED, Phase.RUNNING))
+        if phase is Phase.SETTLED:
+            self.beating[key] = False
+            assert self.jobs[key].ctx.lease_lost == marked_before, "its finish decides, not the heartbeat"
+        elif ok:
             del self.phase[key]
             if key in self.buffer:
                 self.buffer.remove(key)
