@@ -130,6 +130,7 @@ class Claimer:
         )
         if room <= 0:
             return 0
+        self.limits.claiming()
         began = time.perf_counter()
         rows = self.store.claim(
             limit=room,

@@ -55,7 +55,17 @@ class LimitGate:
             return True
         return time.monotonic() - self._last_claim >= self.poll_interval
 
+    def claiming(self) -> None:
+        """A limited claim is about to be sent: it sees every NOTIFY so far.
+
+        Cleared before the statement, not after it: a NOTIFY that arrives
+        while it runs (a place freed after its snapshot) keeps the next
+        claim due.
+        """
+        self._due = False
+
     def claimed(self, got: int, room: int) -> None:
-        """A limited claim got ``got`` of ``room`` rows: due again at once only if it filled the room."""
+        """A limited claim got ``got`` of ``room`` rows: due again at once if it filled the room."""
         self._last_claim = time.monotonic()
-        self._due = got >= room > 0
+        if got >= room > 0:
+            self._due = True

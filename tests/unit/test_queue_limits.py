@@ -61,20 +61,34 @@ class FakeStore:
 def test_the_gate_runs_the_limited_claim_on_news_of_a_limited_queue_or_a_full_claim():
     gate = LimitGate(FakeStore(["pdf"]), None, poll_interval=60)
     assert gate.refresh() and gate.due()  # first look
+    gate.claiming()
     gate.claimed(0, 4)
     assert not gate.due()
     gate.notified("email")  # news of a queue without limits
     assert not gate.due()
     gate.notified("pdf")  # a pdf job enqueued, or a pdf place freed
     assert gate.due()
+    gate.claiming()
     gate.claimed(4, 4)  # filled the room: more may wait
+    assert gate.due()
+
+
+def test_news_that_arrives_while_a_limited_claim_runs_keeps_the_next_one_due():
+    """The claim's snapshot may predate the place that NOTIFY announces freed."""
+    gate = LimitGate(FakeStore(["pdf"]), None, poll_interval=60)
+    assert gate.refresh() and gate.due()
+    gate.claiming()
+    gate.notified("pdf")  # from the listener thread, while the statement runs
+    gate.claimed(0, 4)
     assert gate.due()
 
 
 def test_with_concurrency_keys_any_news_may_free_a_place():
     gate = LimitGate(FakeStore([], keys=True), None, poll_interval=60)
     assert gate.refresh()
+    gate.claiming()
     gate.claimed(0, 4)
+    assert not gate.due()
     gate.notified("default")
     assert gate.due()
 
