@@ -517,8 +517,10 @@ LEFT JOIN LATERAL (
 #: that was not counted at its claim (it waited in the buffer), -1 to take
 #: back a counted run that ended in a snooze (a snooze is not a run).
 #: ``results`` arrive as JSON text, already checked by the worker.
-#: Returns ``(id, attempt, written)``: written true for the rows written;
-#: false for a row that is still this attempt's but locked by another
+#: Returns ``(id, attempt, written, status)``: written true for the rows
+#: written, with the status written (``cancelled`` for a retry turned into
+#: a cancel, so the worker counts and logs what the row says); false, status
+#: NULL, for a row that is still this attempt's but locked by another
 #: transaction right now (skipped, not waited for, like the heartbeat: one
 #: locked row must not hold up every other outcome; the worker tries it
 #: again). Any other attempt is not returned: a stale attempt whose outcome
@@ -567,7 +569,7 @@ written AS (
     FROM locked AS l
     JOIN outcome AS o ON o.id = l.id AND o.attempt = l.attempt
     WHERE j.id = l.id
-    RETURNING j.id, j.attempt, j.queue
+    RETURNING j.id, j.attempt, j.queue, j.status
 ),
 freed AS (
     UPDATE leasejobs_slot AS s SET job_id = NULL, attempt = NULL, held_until = NULL
@@ -585,9 +587,9 @@ unwritten AS MATERIALIZED (
     SELECT o.id, o.attempt FROM outcome AS o
     WHERE NOT EXISTS (SELECT 1 FROM written AS w WHERE w.id = o.id AND w.attempt = o.attempt)
 )
-SELECT id, attempt, true FROM written WHERE (SELECT count(*) FROM woken) >= 0
+SELECT id, attempt, true, status FROM written WHERE (SELECT count(*) FROM woken) >= 0
 UNION ALL
-SELECT u.id, u.attempt, false
+SELECT u.id, u.attempt, false, NULL
 FROM unwritten AS u
 CROSS JOIN LATERAL (
     SELECT 1 FROM leasejobs_job AS j
@@ -620,7 +622,7 @@ released AS (
                                   runs = GREATEST(0, j.runs - mine.refund)
     FROM mine
     WHERE j.id = mine.id
-    RETURNING j.id, j.attempt, j.queue
+    RETURNING j.id, j.attempt, j.queue, j.status
 ),
 freed AS (
     UPDATE leasejobs_slot AS s SET job_id = NULL, attempt = NULL, held_until = NULL

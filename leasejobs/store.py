@@ -105,6 +105,8 @@ class FinishRow(NamedTuple):
     attempt: int
     #: True: written. False: still this attempt's, but locked right now; try again.
     written: bool
+    #: The status written (a retry becomes ``cancelled`` when a cancel is pending); None if not written.
+    status: str | None
 
 
 @dataclass(slots=True)

@@ -5,30 +5,39 @@ between two statements of different threads. Here the threads' objects are
 driven by hand, in the one order that used to go wrong, against real rows.
 """
 
+from typing import Any
+
 import pytest
 
 from leasejobs.models import Job
+from leasejobs.registry import Task
 from leasejobs.store import Attempt, Outcome, WorkerStore
 from leasejobs.testing import _held_job
 from leasejobs.worker.events import Events
 from leasejobs.worker.finisher import Finisher
 from leasejobs.worker.heartbeat import Heartbeater
 from leasejobs.worker.held import HeldJob, HeldJobs, Phase
-from tests.testapp.tasks import record
+from leasejobs.worker.runners import Runners
+from tests.testapp.tasks import overruns, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class RecordedEvents(Events):
-    """The worker's events, with every lost lease kept for the test to read."""
+    """The worker's events, with every lost lease and written outcome kept for the test to read."""
 
     def __init__(self, worker_id: str) -> None:
         super().__init__(worker_id)
         self.lost: list[tuple[Attempt, str]] = []
+        self.outcomes: list[tuple[Attempt, str]] = []
 
     def lease_lost(self, job: HeldJob, why: str, *, stale_write: bool = False) -> None:
         self.lost.append((job.key, why))
         super().lease_lost(job, why, stale_write=stale_write)
+
+    def outcome(self, job: HeldJob, outcome: Outcome) -> None:
+        self.outcomes.append((job.key, outcome.status))
+        super().outcome(job, outcome)
 
 
 @pytest.fixture
@@ -44,9 +53,9 @@ def worker():
     store.close()
 
 
-def claim_one(store: WorkerStore, held: HeldJobs) -> HeldJob:
+def claim_one(store: WorkerStore, held: HeldJobs, task: Task = record, *args: Any) -> HeldJob:
     """Claim one job and start it, as the claimer and a runner do."""
-    record.enqueue(1)
+    task.enqueue(*(args or (1,)))
     (row,) = store.claim(limit=1, counted=1, queues=None, lease_seconds=30, task_leases={})
     job = _held_job(row)
     held.add([job], [])
@@ -102,3 +111,62 @@ def test_a_running_job_the_heartbeat_finds_taken_over_is_dropped_and_reported(wo
     heartbeater._beat(held.to_beat(), lag=0)
     assert [key for key, _ in events.lost] == [job.key]
     assert job.phase is Phase.DROPPED and job.ctx.lease_lost
+
+
+def test_a_body_stopped_by_lease_lost_after_its_timeout_leaves_the_timeout_to_its_finish(worker):
+    """The heartbeat times the body out (SETTLED, a retry waiting to be written, its context
+    marked lost); the body's next side effect raises ``LeaseLost``. The runner must not drop
+    the settled job as lost: the row is still this worker's and the retry is written."""
+    store, held, events, _ = worker
+    timeouts = Heartbeater(
+        store,
+        held,
+        events,
+        enabled=True,
+        interval_option=None,
+        default_lease=30,
+        settle=lambda job, outcome: held.settle(job, outcome, beating=False),
+    )
+    job = claim_one(store, held, overruns, 0)
+    job.deadline = 0.0
+    timeouts._check_timeouts(held.to_beat(), now=1.0)
+    assert job.phase is Phase.SETTLED and job.ctx.lease_lost
+    runners = Runners(store, held, events, settle=held.settle, buffer_low=lambda buffered: None)
+    outcome, raised = runners._execute(job)
+    assert outcome is None and type(raised).__name__ == "LeaseLost"
+    assert events.lost == [] and job.phase is Phase.SETTLED
+    assert Finisher(store, held, events, on_written=lambda: None)._write([job]) == []
+    assert Job.objects.get(id=job.key.id).status == "queued"
+    assert events.outcomes == [(job.key, "queued")]
+    assert held.counts["retried"] == 1 and held.counts["lost_leases"] == 0
+
+
+def test_a_job_settled_before_its_deadline_is_not_timed_out_while_its_finish_waits(worker):
+    store, held, events, _ = worker
+    settled: list[HeldJob] = []
+    timeouts = Heartbeater(
+        store,
+        held,
+        events,
+        enabled=True,
+        interval_option=None,
+        default_lease=30,
+        settle=lambda job, outcome: settled.append(job) or False,
+    )
+    job = claim_one(store, held)
+    job.deadline = 0.5
+    assert held.settle(job, Outcome(status="done"))
+    timeouts._check_timeouts(held.to_beat(), now=1.0)
+    assert settled == [], "a settled job has no body left to time out"
+
+
+def test_a_retry_that_a_pending_cancel_turns_into_a_cancel_is_counted_and_logged_as_cancelled(worker):
+    """The cancel reached the row after the body failed and before any heartbeat carried it."""
+    store, held, events, _ = worker
+    job = claim_one(store, held)
+    assert held.settle(job, Outcome(status="queued", last_error="ValueError: boom", retry_delay=5))
+    Job.objects.filter(id=job.key.id).update(cancel_requested=True)
+    assert Finisher(store, held, events, on_written=lambda: None)._write([job]) == []
+    assert Job.objects.get(id=job.key.id).status == "cancelled"
+    assert events.outcomes == [(job.key, "cancelled")]
+    assert held.counts["cancelled"] == 1 and held.counts["retried"] == 0

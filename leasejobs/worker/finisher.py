@@ -86,9 +86,14 @@ class Finisher:
             slotted=any(job.slots for job in batch),
         )
         self.events.finish_statement(time.perf_counter() - began)
-        written = {(r.id, r.attempt) for r in rows if r.written}
+        written = {(r.id, r.attempt): r.status for r in rows if r.written}
         locked = {(r.id, r.attempt) for r in rows if not r.written}
         done = [job for job in batch if job.key in written]
+        for job in done:
+            status = written[job.key]
+            if status is not None and status != _outcome(job).status:
+                # A retry that a pending cancel turned into a cancel: count and log what was written.
+                job.outcome = Outcome(status=status, last_error=_outcome(job).last_error)
         self.held.finished(done)
         for job in done:
             self.events.outcome(job, _outcome(job))
@@ -101,7 +106,7 @@ class Finisher:
                     job.finish_skipped = True
                     self.events.finish_locked(job)
                 waiting.append(job)
-            elif self.held.drop(job, lost=True):
+            elif self.held.unwritten(job, lost=True):
                 self.events.lease_lost(
                     job, f"stale {_outcome(job).status} dropped (the job moved on)", stale_write=True
                 )
@@ -118,7 +123,7 @@ class Finisher:
         except CONNECTION_ERRORS:
             return [job]
         except psycopg.Error as again:
-            self.held.drop(job, lost=False)
+            self.held.unwritten(job, lost=False)
             self.events.outcome_lost(job, again)
             return []
 

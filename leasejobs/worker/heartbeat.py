@@ -20,7 +20,7 @@ from leasejobs.connection import CONNECTION_ERRORS
 from leasejobs.store import Outcome, WorkerStore
 from leasejobs.worker import rules
 from leasejobs.worker.events import Events
-from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.held import HeldJob, HeldJobs, Phase
 from leasejobs.worker.outcomes import timeout_outcome
 
 
@@ -76,14 +76,16 @@ class Heartbeater:
                     first = False
                     next_beat = now + self.interval(jobs)
                 wake_at = min(wake_at, next_beat)
-            deadlines = [j.deadline for j in jobs if j.deadline is not None and j.beating]
+            deadlines = [j.deadline for j in jobs if j.deadline is not None and j.phase is Phase.RUNNING]
             wake_at = min([wake_at, *deadlines])
             self._poke.wait(max(0.005, wake_at - time.monotonic()))
             self._poke.clear()
 
     def _check_timeouts(self, jobs: list[HeldJob], now: float) -> None:
         for job in jobs:
-            if job.deadline is None or now < job.deadline:
+            # Only a body still running can time out: a job settled just before its
+            # deadline waits for its finish and must not wake this thread every tick.
+            if job.deadline is None or now < job.deadline or job.phase is not Phase.RUNNING:
                 continue
             outcome = timeout_outcome(job, self.events.worker_id)
             if self._settle(job, outcome):
@@ -114,7 +116,7 @@ class Heartbeater:
                 job.ctx.mark_cancel_requested()
                 self.events.cancel_requested(job)
             if not row.held:
-                if self.held.not_held(job):
+                if self.held.drop(job):
                     why = "taken over, no longer running, or its place under a limit lost"
                     self.events.lease_lost(job, f"heartbeat found the job {why}")
             elif not row.renewed:

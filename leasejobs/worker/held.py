@@ -11,11 +11,14 @@ Every held job is in one phase, and only these moves exist::
     BUFFERED --take--> RUNNING --settle--> SETTLED --finished--> FINISHED
         |                 |                   |
         +--settle---------+                   |   (a refusal settles a buffered job)
-        +--drop-----------+--drop-------------+--> DROPPED
+        +--drop-----------+                   +--unwritten--> DROPPED
+        +-----------------+--drop--> DROPPED
 
-A heartbeat that finds the row moved on drops a BUFFERED or RUNNING job but
-never a SETTLED one: that may be its own finish, committed a moment before
-the finisher marks it FINISHED (see ``not_held``).
+Only the finisher ends a SETTLED job: its fenced write decides. A heartbeat
+that finds the row moved on, or a body that raised ``LeaseLost`` after its
+timeout, may be seeing the job's own finish, committed a moment before the
+finisher marks it FINISHED; so ``drop`` leaves a SETTLED job alone (it only
+stops its heartbeats), and a finish refused as stale reports the lost lease.
 
 FINISHED and DROPPED jobs leave the table. ``HeldJobs`` owns the lock, the
 buffer of jobs waiting for a runner and the counters; nobody else changes a
@@ -193,34 +196,39 @@ class HeldJobs:
                 status = "snoozed" if job.outcome.snoozed else job.outcome.status
                 self.counts[_COUNTED_AS.get(status, status)] += 1
 
-    def drop(self, job: HeldJob, *, lost: bool) -> bool:
-        """Forget an attempt (``lost``: it no longer holds its job); False if already gone."""
-        with self.lock:
-            if job.phase not in HOLDING:
-                return False
-            self._unbuffer(job)
-            job.phase = Phase.DROPPED
-            self._jobs.pop(job.key, None)
-            if lost:
-                self.counts["lost_leases"] += 1
-        job.ctx.mark_lease_lost()
-        return True
+    def drop(self, job: HeldJob) -> bool:
+        """This attempt no longer holds its job: forget it; True if its lease is lost now.
 
-    # -- heartbeats and timeouts ------------------------------------------------
-
-    def not_held(self, job: HeldJob) -> bool:
-        """The heartbeat found the row no longer this attempt's; True if the lease is lost now.
-
-        A BUFFERED or RUNNING attempt is dropped as lost. A SETTLED one is
-        not: its own finish may be what moved the row on (committed, and not
-        yet marked FINISHED here), so its fenced write decides, and a refused
-        one is reported by the finisher. It only gets no more heartbeats.
+        False if it is gone already, or SETTLED: then its finish decides (the
+        row may have moved on by that very finish), and it only gets no more
+        heartbeats.
         """
         with self.lock:
             if job.phase is Phase.SETTLED:
                 job.beating = False
                 return False
-        return self.drop(job, lost=True)
+            return self._drop(job, lost=True)
+
+    def unwritten(self, job: HeldJob, *, lost: bool) -> bool:
+        """A SETTLED job's outcome will never be written (``lost``: refused as stale); else False."""
+        with self.lock:
+            if job.phase is not Phase.SETTLED:
+                return False
+            return self._drop(job, lost=lost)
+
+    def _drop(self, job: HeldJob, *, lost: bool) -> bool:
+        """Forget a held attempt and mark its context lost; lock held."""
+        if job.phase not in HOLDING:
+            return False
+        self._unbuffer(job)
+        job.phase = Phase.DROPPED
+        self._jobs.pop(job.key, None)
+        if lost:
+            self.counts["lost_leases"] += 1
+        job.ctx.mark_lease_lost()
+        return True
+
+    # -- heartbeats and timeouts ------------------------------------------------
 
     def to_beat(self) -> list[HeldJob]:
         """The attempts whose lease must stay alive: held, and not timed out."""

@@ -60,7 +60,7 @@ class Runners:
         if started >= job.lease_ends:
             # Its worker was paused (SIGSTOP, a stopped VM) while the job waited
             # for a runner: another worker may hold it, and a place under a limit.
-            if self.held.drop(job, lost=True):
+            if self.held.drop(job):
                 self.events.lease_lost(job, "its lease ran out before its body started")
             return
         if not job.counted and job.taken_over and not self._mark_started(job):
@@ -93,7 +93,7 @@ class Runners:
         else:
             why = "the job moved on before its body started"
         if not marked:
-            if self.held.drop(job, lost=True):
+            if self.held.drop(job):
                 self.events.lease_lost(job, why)
             return False
         job.counted = True
@@ -115,7 +115,7 @@ class Runners:
             else:
                 result = task.func(*args, **job.kwargs)
         except LeaseLost as exc:
-            if self.held.drop(job, lost=True):
+            if self.held.drop(job):
                 self.events.lease_lost(job, f"the body stopped: {describe(exc)}")
             return None, exc
         except BaseException as exc:  # SystemExit in a body must not kill its runner

@@ -2,11 +2,11 @@
 
 Random interleavings of claim (including a re-claim of a job the worker
 still holds an older attempt of), take, settle, timeout, finish, drop,
-heartbeat, a heartbeat that finds the row moved on, and stop must keep the
-table and the model in step: a job is held exactly while the model says so,
-in the model's phase, heartbeated exactly while held and not timed out (nor
-found moved on once settled), and an attempt's move never touches another
-attempt of the same job.
+heartbeat, drop (found lost), unwritten (a refused finish) and stop must
+keep the table and the model in step: a job is held exactly while the model
+says so, in the model's phase, heartbeated exactly while held and not timed
+out (nor found lost once settled), and an attempt's move never touches
+another attempt of the same job.
 """
 
 from hypothesis import settings
@@ -101,34 +101,35 @@ class HeldJobsMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def drop(self, data: st.DataObject) -> None:
-        if not self.jobs:
-            return
-        key = data.draw(st.sampled_from(sorted(self.jobs, key=lambda k: (k.id, k.attempt))))
-        ok = self.table.drop(self.jobs[key], lost=True)
-        assert ok == (key in self.phase)
-        if ok:
-            del self.phase[key]
-            if key in self.buffer:
-                self.buffer.remove(key)
-            assert self.jobs[key].ctx.lease_lost
-
-    @rule(data=st.data())
-    def heartbeat_finds_it_not_held(self, data: st.DataObject) -> None:
-        """A settled attempt stays for its finish to decide; any other held one is lost."""
+        """Lost before its outcome: a settled attempt stays for its finish to decide."""
         if not self.jobs:
             return
         key = data.draw(st.sampled_from(sorted(self.jobs, key=lambda k: (k.id, k.attempt))))
         phase = self.phase.get(key)
         marked_before = self.jobs[key].ctx.lease_lost
-        ok = self.table.not_held(self.jobs[key])
+        ok = self.table.drop(self.jobs[key])
         assert ok == (phase in (Phase.BUFFERED, Phase.RUNNING))
         if phase is Phase.SETTLED:
             self.beating[key] = False
-            assert self.jobs[key].ctx.lease_lost == marked_before, "its finish decides, not the heartbeat"
+            assert self.jobs[key].ctx.lease_lost == marked_before, "its finish decides, not the drop"
         elif ok:
             del self.phase[key]
             if key in self.buffer:
                 self.buffer.remove(key)
+            assert self.jobs[key].ctx.lease_lost
+
+    @rule(data=st.data(), lost=st.booleans())
+    def unwritten(self, data: st.DataObject, lost: bool) -> None:
+        """The finish refused (stale) or could not store the outcome: only a settled attempt ends so."""
+        if not self.jobs:
+            return
+        key = data.draw(st.sampled_from(sorted(self.jobs, key=lambda k: (k.id, k.attempt))))
+        lost_before = self.table.counts["lost_leases"]
+        ok = self.table.unwritten(self.jobs[key], lost=lost)
+        assert ok == (self.phase.get(key) is Phase.SETTLED)
+        assert self.table.counts["lost_leases"] == lost_before + (ok and lost)
+        if ok:
+            del self.phase[key]
             assert self.jobs[key].ctx.lease_lost
 
     @rule()
