@@ -5,6 +5,9 @@ between two statements of different threads. Here the threads' objects are
 driven by hand, in the one order that used to go wrong, against real rows.
 """
 
+import threading
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,10 +16,12 @@ from leasejobs.models import Job
 from leasejobs.registry import Task
 from leasejobs.store import Attempt, Outcome, WorkerStore
 from leasejobs.testing import _held_job
+from leasejobs.worker.claimer import Claimer
 from leasejobs.worker.events import Events
 from leasejobs.worker.finisher import Finisher
 from leasejobs.worker.heartbeat import Heartbeater
 from leasejobs.worker.held import HeldJob, HeldJobs, Phase
+from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.runners import Runners
 from tests.testapp.tasks import overruns, record
 
@@ -46,11 +51,18 @@ def worker():
     store = WorkerStore("w", heartbeat_timeout=5)
     held = HeldJobs()
     events = RecordedEvents("w")
-    heartbeater = Heartbeater(
-        store, held, events, enabled=True, interval_option=None, default_lease=30, settle=held.settle
-    )
+    heartbeater = heartbeat_thread(store, held, events, settle=held.settle)
     yield store, held, events, heartbeater
     store.close()
+
+
+def heartbeat_thread(
+    store: WorkerStore, held: HeldJobs, events: Events, settle: Callable[[HeldJob, Outcome], bool]
+) -> Heartbeater:
+    """The heartbeat and timeout thread's object, driven by hand (its thread is not started)."""
+    return Heartbeater(
+        store, held, events, enabled=True, interval_option=None, default_lease=30, settle=settle
+    )
 
 
 def claim_one(store: WorkerStore, held: HeldJobs, task: Task = record, *args: Any) -> HeldJob:
@@ -118,14 +130,8 @@ def test_a_body_stopped_by_lease_lost_after_its_timeout_leaves_the_timeout_to_it
     marked lost); the body's next side effect raises ``LeaseLost``. The runner must not drop
     the settled job as lost: the row is still this worker's and the retry is written."""
     store, held, events, _ = worker
-    timeouts = Heartbeater(
-        store,
-        held,
-        events,
-        enabled=True,
-        interval_option=None,
-        default_lease=30,
-        settle=lambda job, outcome: held.settle(job, outcome, beating=False),
+    timeouts = heartbeat_thread(
+        store, held, events, settle=lambda job, outcome: held.settle(job, outcome, beating=False)
     )
     job = claim_one(store, held, overruns, 0)
     job.deadline = 0.0
@@ -144,15 +150,7 @@ def test_a_body_stopped_by_lease_lost_after_its_timeout_leaves_the_timeout_to_it
 def test_a_job_settled_before_its_deadline_is_not_timed_out_while_its_finish_waits(worker):
     store, held, events, _ = worker
     settled: list[HeldJob] = []
-    timeouts = Heartbeater(
-        store,
-        held,
-        events,
-        enabled=True,
-        interval_option=None,
-        default_lease=30,
-        settle=lambda job, outcome: settled.append(job) or False,
-    )
+    timeouts = heartbeat_thread(store, held, events, settle=lambda job, outcome: settled.append(job) or False)
     job = claim_one(store, held)
     job.deadline = 0.5
     assert held.settle(job, Outcome(status="done"))
@@ -170,3 +168,44 @@ def test_a_retry_that_a_pending_cancel_turns_into_a_cancel_is_counted_and_logged
     assert Job.objects.get(id=job.key.id).status == "cancelled"
     assert events.outcomes == [(job.key, "cancelled")]
     assert held.counts["cancelled"] == 1 and held.counts["retried"] == 0
+
+
+def test_burst_does_not_exit_on_a_retry_its_own_finish_queued_after_the_claims_snapshot(worker):
+    """``--burst`` exits when a claim finds nothing and nothing is held. Our finisher may commit a
+    retry due at once (and forget the job) after that claim's snapshot: it is due, so the worker
+    must look again, not exit with it queued."""
+    store, held, events, _ = worker
+    job = claim_one(store, held)
+    assert held.settle(job, Outcome(status="queued", last_error="ValueError: boom", retry_delay=0))
+    finisher = Finisher(store, held, events, on_written=lambda: None)
+
+    class RetryWrittenDuringTheFirstClaim:
+        claims = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def claim(self, **kwargs: Any) -> list:
+            rows = store.claim(**kwargs)
+            self.claims += 1
+            if self.claims == 1:
+                assert rows == []  # the job is still ours and running in this snapshot
+                assert finisher._write([job]) == []
+            return rows
+
+    claimer = Claimer(
+        RetryWrittenDuringTheFirstClaim(),  # type: ignore[arg-type]
+        held,
+        events,
+        WorkerOptions(burst=True, max_jobs=2, worker_id="w"),
+        lease_seconds=30,
+        poll_interval=0.05,
+        prefetch=10,
+        mean_duration=lambda: None,
+        settle=held.settle,
+        new_lease=lambda shortest: None,
+        after_side_effect=lambda: None,
+    )
+    claimer.run(threading.Event())
+    again = Job.objects.get(id=job.key.id)
+    assert (again.status, again.attempt, held.claimed) == ("running", 2, 2), "it was claimed again"

@@ -101,16 +101,20 @@ class Claimer:
                 max_jobs=o.max_jobs,
             )
             if room >= worth:
+                # --burst ends on a claim that finds nothing while nothing is held, looked at
+                # before it is sent: then every write of ours (a retry due at once, say) was
+                # committed before its snapshot, and nothing of ours can be due after it.
+                idle = o.burst and self.held.empty()
                 try:
                     got = self.claim(room, counted)
-                    # --burst: nothing held, so no place of ours is held either; a last look.
-                    if got == 0 and o.burst and self.held.empty() and self.limits.active:
+                    # Nothing held, so no place of ours is held either; a last look.
+                    if got == 0 and idle and self.limits.active:
                         got = self.claim_limited()
                 except CONNECTION_ERRORS as exc:
                     self.events.claim_failed(exc)
                     self.wake.wait(poll)
                     continue
-                if got == 0 and o.burst and self.held.empty():
+                if got == 0 and idle:
                     self.events.exiting("no job ready: --burst")
                     return
                 if got == room:
