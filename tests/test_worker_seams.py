@@ -130,9 +130,7 @@ def test_a_body_stopped_by_lease_lost_after_its_timeout_leaves_the_timeout_to_it
     marked lost); the body's next side effect raises ``LeaseLost``. The runner must not drop
     the settled job as lost: the row is still this worker's and the retry is written."""
     store, held, events, _ = worker
-    timeouts = heartbeat_thread(
-        store, held, events, settle=lambda job, outcome: held.settle(job, outcome, beating=False)
-    )
+    timeouts = heartbeat_thread(store, held, events, settle=partial(held.settle, beating=False))
     job = claim_one(store, held, overruns, 0)
     job.deadline = 0.0
     timeouts._check_timeouts(held.to_beat(), now=1.0)
