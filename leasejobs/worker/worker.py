@@ -176,11 +176,14 @@ class Worker:
         finally:
             self.shutdown.releasing()
             self.held.close()
-            # Give back what still runs before the finisher's last flush: no body can
-            # settle after this, so no outcome arrives once the finisher has exited.
-            self._give_back(self.held.give_back())
+            # Drop what still runs before the finisher's last flush: no body can settle
+            # after this, so no outcome arrives once the finisher has exited. Their
+            # leases are released after it: the two share a connection, and during an
+            # outage the release must not delay the finisher's giving up.
+            unfinished = self.held.give_back()
             self.finisher.close(give_up_at=self._finish_deadline())
             finisher.join(timeout=30)
+            self._give_back(unfinished)
             self.heartbeater.stop()
             self._done.set()
             if periodic is not None:
