@@ -236,14 +236,16 @@ def _claim(queues: list[str] | None, limit: int, job_id: int | None = None) -> l
         return rows
 
 
-def _finish(job: HeldJob, outcome: Outcome) -> bool:
-    """The worker's finish statement for one outcome, on Django's connection; False if stale."""
+def _finish(job: HeldJob, outcome: Outcome) -> str | None:
+    """The worker's finish statement for one outcome, on Django's connection: the status
+    written (a pending cancel turns a retry into ``cancelled``), or None if stale."""
     delta = run_delta(started=True, counted=job.counted, snoozed=outcome.snoozed)
     with connections[db_alias()].cursor() as cursor:
         cursor.execute(
             sql.FINISH, finish_params([(job.key, outcome, delta)], WORKER_ID, slotted=bool(job.slots))
         )
-        return any(FinishRow._make(row).written for row in cursor.fetchall())
+        rows = [FinishRow._make(row) for row in cursor.fetchall()]
+    return next((row.status for row in rows if row.written), None)
 
 
 def _loaded(value: Any) -> Any:
@@ -315,9 +317,15 @@ def _run(row: ClaimedRow) -> RanJob:
     else:
         outcome = outcomes.success(job, result)
     _end_savepoint(savepoint)
-    if not _finish(job, outcome):
+    written = _finish(job, outcome)
+    if written is None:
         return RanJob(row.id, row.task_name, row.attempt, "lost", error="the job moved on: nothing written")
-    name = "snoozed" if outcome.snoozed else ("retry" if outcome.status == "queued" else outcome.status)
+    if written != outcome.status:
+        name = written  # a retry a pending cancel turned into a cancel
+    elif outcome.snoozed:
+        name = "snoozed"
+    else:
+        name = "retry" if written == "queued" else written
     logger.info("%s job=%s attempt=%s worker=%s", name, row.id, row.attempt, WORKER_ID)
     value = None if outcome.result is None else json.loads(outcome.result)
     return RanJob(row.id, row.task_name, row.attempt, name, value, outcome.last_error, raised)

@@ -15,6 +15,7 @@ from tests.testapp.models import Sent
 from tests.testapp.tasks import (
     add,
     breaks_its_transaction,
+    fails_after_a_cancel,
     flaky,
     hopeless,
     kinds,
@@ -67,6 +68,14 @@ def test_run_jobs_writes_outcomes_through_the_real_finish(job_queue):
     assert (done.status, done.attempt, done.result, done.leased_by) == ("done", 1, 5, "leasejobs.testing")
     assert (failing.status, failing.attempt, len(failing.errors)) == ("queued", 1, 1)
     assert job_queue.run_jobs() == []  # the retry waits for its backoff
+
+
+def test_a_retry_written_as_a_cancel_is_reported_as_cancelled(job_queue):
+    """As the worker reports it: what the finish wrote, not what the body asked for."""
+    job = fails_after_a_cancel.enqueue()
+    (ran,) = job_queue.run_jobs()
+    job.refresh_from_db()
+    assert (ran.outcome, job.status) == ("cancelled", "cancelled")
 
 
 def test_run_job_runs_one_job_by_id_even_before_it_is_due(job_queue):

@@ -6,6 +6,7 @@ driven by hand, in the one order that used to go wrong, against real rows.
 """
 
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -62,6 +63,23 @@ def heartbeat_thread(
     """The heartbeat and timeout thread's object, driven by hand (its thread is not started)."""
     return Heartbeater(
         store, held, events, enabled=True, interval_option=None, default_lease=30, settle=settle
+    )
+
+
+def claim_loop(store: Any, held: HeldJobs, events: Events, **options: Any) -> Claimer:
+    """The claimer's object, driven by hand (``store``: a real one, or one that steps in)."""
+    return Claimer(
+        store,
+        held,
+        events,
+        WorkerOptions(worker_id="w", **options),
+        lease_seconds=30,
+        poll_interval=0.05,
+        prefetch=10,
+        mean_duration=lambda: None,
+        settle=held.settle,
+        new_lease=lambda shortest: None,
+        after_side_effect=lambda: None,
     )
 
 
@@ -191,19 +209,59 @@ def test_burst_does_not_exit_on_a_retry_its_own_finish_queued_after_the_claims_s
                 assert finisher._write([job]) == []
             return rows
 
-    claimer = Claimer(
-        RetryWrittenDuringTheFirstClaim(),  # type: ignore[arg-type]
-        held,
-        events,
-        WorkerOptions(burst=True, max_jobs=2, worker_id="w"),
-        lease_seconds=30,
-        poll_interval=0.05,
-        prefetch=10,
-        mean_duration=lambda: None,
-        settle=held.settle,
-        new_lease=lambda shortest: None,
-        after_side_effect=lambda: None,
-    )
+    claimer = claim_loop(RetryWrittenDuringTheFirstClaim(), held, events, burst=True, max_jobs=2)
     claimer.run(threading.Event())
     again = Job.objects.get(id=job.key.id)
     assert (again.status, again.attempt, held.claimed) == ("running", 2, 2), "it was claimed again"
+
+
+def test_news_of_a_freed_place_during_a_limited_claim_keeps_the_next_one_due(worker):
+    """A finish frees a place and NOTIFYs while CLAIM_LIMITED runs on an older snapshot: the
+    next limited claim must be due at once, not after the poll interval."""
+    store, held, events, _ = worker
+
+    class NotifiedDuringTheLimitedClaim:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def limits_apply(self, queues: list[str] | None) -> tuple[list[str], bool]:
+            return ["pdf"], False
+
+        def claim(self, **kwargs: Any) -> list:
+            rows = store.claim(**kwargs)
+            if kwargs.get("limited"):
+                claimer.notified("pdf")  # the listener thread, while the statement runs
+            return rows
+
+    claimer = claim_loop(NotifiedDuringTheLimitedClaim(), held, events, queues=["pdf"])
+    assert claimer.limits.refresh() and claimer.limits.due()
+    assert claimer.claim_limited() == 0
+    assert claimer.limits.due()
+
+
+def test_a_job_settled_past_its_deadline_does_not_keep_the_heartbeat_thread_awake(worker):
+    """Its finish may wait (a locked row, an outage): the thread must sleep meanwhile, not wake
+    every few milliseconds to look at a deadline no body can pass any more."""
+    store, _, events, _ = worker
+
+    class CountedLooks(HeldJobs):
+        looks = 0
+
+        def to_beat(self) -> list[HeldJob]:
+            self.looks += 1
+            return super().to_beat()
+
+    held = CountedLooks()
+    job = claim_one(store, held)
+    job.deadline = 0.0
+    assert held.settle(job, Outcome(status="done"))
+    thread_object = Heartbeater(
+        store, held, events, enabled=False, interval_option=None, default_lease=30, settle=held.settle
+    )
+    thread = threading.Thread(target=thread_object.run)
+    thread.start()
+    time.sleep(0.5)
+    thread_object.stop()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert held.looks <= 5, f"{held.looks} looks in half a second"

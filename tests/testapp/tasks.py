@@ -99,6 +99,15 @@ def overruns(ctx, seconds):
 
 
 @task(takes_context=True)
+def fails_after_a_cancel(ctx):
+    """An operator cancels the job while its body runs; then it fails (a retry, written as the cancel)."""
+    from leasejobs.models import Job
+
+    Job.objects.filter(id=ctx.job_id).update(cancel_requested=True)
+    raise ValueError("failed after the cancel")
+
+
+@task(takes_context=True)
 def until_cancelled(ctx, seconds):
     _record_run()
     deadline = time.monotonic() + seconds
