@@ -24,6 +24,7 @@ from leasejobs.worker.heartbeat import Heartbeater
 from leasejobs.worker.held import HeldJob, HeldJobs, Phase
 from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.runners import Runners
+from leasejobs.worker.worker import Worker
 from tests.testapp.tasks import overruns, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -265,3 +266,30 @@ def test_a_job_settled_past_its_deadline_does_not_keep_the_heartbeat_thread_awak
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert held.looks <= 5, f"{held.looks} looks in half a second"
+
+
+def test_a_stop_signal_that_lands_while_the_claimer_holds_its_wake_lock_stops_the_worker():
+    """SIGTERM's handler runs in the main thread between any two bytecodes, so also inside the
+    claimer's own ``wake.clear()`` or ``wake.wait()``, which hold that Event's lock for a few. A
+    handler that takes the same lock never returns: the worker logs "stopping" and hangs (CI saw
+    one). The handler must take no lock; the stop still wakes the claimer."""
+    worker = Worker(WorkerOptions(worker_id="w"))
+    stops = threading.Thread(target=worker._handle_stops, daemon=True)
+    stops.start()
+    returned = threading.Event()
+
+    def the_main_thread_when_the_signal_lands() -> None:
+        with worker.claimer.wake._cond:  # as inside Event.clear() or Event.wait()
+            worker.request_stop()  # what the SIGTERM handler runs, in that same thread
+        returned.set()
+
+    threading.Thread(target=the_main_thread_when_the_signal_lands, daemon=True).start()
+    try:
+        assert returned.wait(5), "the signal handler waits for a lock its own thread holds"
+        assert worker.shutdown.requested.wait(5) and worker.claimer.wake.wait(5)
+        assert worker.shutdown.grace_deadline is not None
+    finally:
+        worker._stop_requests.put(False)
+        stops.join(timeout=5)
+        worker.store.close()
+    assert not stops.is_alive()

@@ -9,7 +9,9 @@ Threads, each with one owner and its own database connection where it needs one:
 - the periodic thread enqueues the jobs of periodic schedules as their ticks
   come (``leasejobs.periodic.scheduler``; not with ``--no-periodic``);
 - the vacuum thread VACUUMs the job table when dead row versions pile up
-  (``Vacuumer``; not with ``--no-vacuum``).
+  (``Vacuumer``; not with ``--no-vacuum``);
+- the stop thread acts on stop signals, which the signal handler only
+  queues (``request_stop``: a handler must take no lock).
 They share one thing, the table of held jobs (``HeldJobs``), which owns
 the lock. A thread that dies of anything but one job's data takes the
 process down with a clear line and a non-zero exit, so a supervisor restarts
@@ -18,6 +20,7 @@ it: never a half-alive worker that holds leases and writes no outcome.
 
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -94,6 +97,8 @@ class Worker:
             after_side_effect=self.heartbeater.poke,
         )
         self._threads: list[threading.Thread] = []
+        #: Stop requests from the signal handler (True), and the stop thread's end (False).
+        self._stop_requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
 
     # -- the parts' shared moves -----------------------------------------------
 
@@ -126,12 +131,25 @@ class Worker:
     # -- life cycle ------------------------------------------------------------
 
     def request_stop(self) -> None:
-        """Stop claiming; a second request ends the grace period at once."""
-        if self.shutdown.request():
-            self.events.stopping(self.options.grace_seconds, self.held.running)
-        else:
-            self.events.stop_now()
-        self.claimer.wake.set()
+        """Stop claiming; a second request ends the grace period at once.
+
+        Called by the SIGTERM/SIGINT handler, which runs in the main thread
+        between any two bytecodes: also while that thread holds a lock (its
+        own ``claimer.wake``'s, inside ``wait()`` or ``clear()``, or a log
+        stream's). So it takes none: it only puts the request on a reentrant
+        queue (``SimpleQueue.put`` may be called from a signal handler), and
+        the stop thread acts on it.
+        """
+        self._stop_requests.put(True)
+
+    def _handle_stops(self) -> None:
+        """The stop thread: each stop request starts the grace period, or ends it; False ends the thread."""
+        while self._stop_requests.get():
+            if self.shutdown.request():
+                self.events.stopping(self.options.grace_seconds, self.held.running)
+            else:
+                self.events.stop_now()
+            self.claimer.wake.set()
 
     def run(self) -> None:
         """Run until stopped (signal, --burst, --max-jobs); returns once every lease is settled."""
@@ -145,6 +163,7 @@ class Worker:
         )
         self._warn_clamped_heartbeats()
         self._sync_queue_settings()
+        self._start(self._handle_stops, "leasejobs-stop")
         if (listen_params := self.plan.listen) is not None:
             self._start(
                 lambda: listen(
@@ -193,6 +212,7 @@ class Worker:
                 vacuuming.join(timeout=5)
             self._forget_me()
             self.store.close()
+            self._stop_requests.put(False)
             self.shutdown.stopped()
             self.events.stopped(self.held.counts)
 
