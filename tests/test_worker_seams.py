@@ -293,3 +293,33 @@ def test_a_stop_signal_that_lands_while_the_claimer_holds_its_wake_lock_stops_th
         stops.join(timeout=5)
         worker.store.close()
     assert not stops.is_alive()
+
+
+def test_a_stop_that_lands_just_before_the_claimer_clears_its_wake_up_claims_nothing_more(worker):
+    """The stop thread sets ``stopping`` and wakes the claimer; the claimer, between its look at
+    ``stopping`` and clearing its wake-up, must not lose that wake-up and claim once more."""
+    store, held, events, _ = worker
+    stopping = threading.Event()
+
+    class CountedClaims:
+        claims = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def claim(self, **kwargs: Any) -> list:
+            self.claims += 1
+            return store.claim(**kwargs)
+
+    class StopLandsBeforeTheClear(threading.Event):
+        def clear(self) -> None:
+            if not stopping.is_set():  # the stop thread, right now: shutdown.request(), wake.set()
+                stopping.set()
+                self.set()
+            super().clear()
+
+    counted = CountedClaims()
+    claimer = claim_loop(counted, held, events)
+    claimer.wake = StopLandsBeforeTheClear()
+    claimer.run(stopping)
+    assert counted.claims == 0

@@ -73,11 +73,15 @@ class Claimer:
         """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
         o = self.options
         poll = self.poll_interval
-        while not stopping.is_set():
+        while True:
+            # Cleared before the look at ``stopping``: a stop (or a NOTIFY) that lands
+            # after this wakes the wait below instead of being cleared unseen.
+            self.wake.clear()
+            if stopping.is_set():
+                return
             if o.max_jobs is not None and self.held.claimed >= o.max_jobs:
                 self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
                 return
-            self.wake.clear()
             try:
                 if self.limits.refresh() and self.limits.due():
                     self.claim_limited()
