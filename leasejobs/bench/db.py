@@ -9,9 +9,10 @@ import django
 import psycopg
 
 from leasejobs.connection import connection_params
+from leasejobs.store import CLAIM_SETTINGS
 
-#: What the worker's claim connection sets (see ``Worker.__init__``).
-CLAIM_SESSION = "-c enable_seqscan=off -c enable_bitmapscan=off"
+#: What the worker's claim connection sets (``leasejobs.store.CLAIM_SETTINGS``).
+CLAIM_SESSION = " ".join(f"-c {name}={value}" for name, value in CLAIM_SETTINGS.items())
 
 
 def connect(session: str = "") -> psycopg.Connection[Any]:

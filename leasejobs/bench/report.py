@@ -60,6 +60,9 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         )
         if f["table_rows"]:
             label += f", {f['table_rows']:,} finished rows"
+        if f.get("other_queue_jobs"):
+            paused = results["settings"].get("all_queues")
+            label += f", {f['other_queue_jobs']:,} queued in {'a paused' if paused else 'another'} queue"
         runs = ", ".join(_n(r) for r in f["runs"])
         value = f"{_n(f['median'])} jobs/s  (runs: {runs})"
         if f.get("ideal"):
@@ -145,14 +148,17 @@ def render(results: dict[str, Any]) -> str:
         f"{s['jobs']:,} {_workload_text(s.get('workload'))} jobs per processing run, "
         f"median of {s['repeat']}, workers logging at "
         f"{' and '.join(s['worker_log_level']).upper()}, "
-        f"prefetch {'default' if s['prefetch'] is None else s['prefetch']}",
+        f"prefetch {'default' if s['prefetch'] is None else s['prefetch']}, "
+        f"workers claiming from {'every queue' if s.get('all_queues') else 'the bench queue'}",
         "",
     ]
     lines += [f"{label:<{width}}  {value}" for label, value in rows]
     if "table" in results:
         plan = results["table"]["claim_plan"]
         scans = [
-            line.strip() for line in plan.splitlines() if "Scan" in line and "leasejobs_job_claim" in line
+            line.strip()
+            for line in plan.splitlines()
+            if "Scan" in line and "leasejobs_job_queue_claim" in line
         ]
         lines += ["", "claim plan with the large table: " + (scans[0] if scans else "NO claim index scan!")]
     return "\n".join(lines) + "\n"
