@@ -18,7 +18,7 @@ from django.db import connections, transaction
 from leasejobs import conf, sql, store
 from leasejobs.bench import raw
 from leasejobs.bench.db import CLAIM_SESSION, connect, machine
-from leasejobs.bench.tasks import HISTORY_QUEUE, NOOP, QUEUE, register_tasks
+from leasejobs.bench.tasks import HISTORY_QUEUE, NOOP, OTHER_QUEUE, QUEUE, register_tasks
 from leasejobs.bench.workers import WorkerGroup
 from leasejobs.conf import db_alias
 
@@ -113,6 +113,8 @@ class Bench:
 
     verbosity: int = 0  # of the worker processes: 0 is WARNING, 1 is INFO
     progress: bool = True
+    #: The workers claim from every queue (runworker's default), not only the bench's.
+    all_queues: bool = False
     log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="leasejobs-bench-")))
     _runs: int = 0
 
@@ -176,6 +178,41 @@ class Bench:
         # Autovacuum would have done this on a table that grew over a week.
         self.conn.execute("VACUUM ANALYZE leasejobs_job")
         return time.monotonic() - started
+
+    def park(self, rows: int) -> float:
+        """Queue ``rows`` due no-op jobs an hour old in a queue the workers leave alone; seconds taken.
+
+        Another queue than the one the workers serve, or with ``all_queues`` a
+        paused one: either way, jobs that sort ahead of every bench job in
+        claim order and that no bench claim may take.
+        """
+        started = time.monotonic()
+        self.conn.execute(
+            """
+            INSERT INTO leasejobs_job (
+                task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
+                run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at, snoozes
+            )
+            SELECT %(task)s, %(queue)s, 0, '[]', '{}', 'queued', 0, 1, now() - interval '1 hour',
+                   '', false, '', '[]', '[]', now() - interval '1 hour', 0
+            FROM generate_series(1, %(rows)s)
+            """,
+            {"task": NOOP, "queue": OTHER_QUEUE, "rows": rows},
+        )
+        if self.all_queues:
+            self.conn.execute(
+                "INSERT INTO leasejobs_queue (name, paused, limits_from_settings, updated_at)"
+                " VALUES (%s, true, false, now()) ON CONFLICT (name) DO UPDATE SET paused = true",
+                [OTHER_QUEUE],
+            )
+        self.conn.execute("VACUUM ANALYZE leasejobs_job")
+        return time.monotonic() - started
+
+    def unpark(self) -> None:
+        """Delete ``park``'s jobs and its pause."""
+        self.conn.execute("DELETE FROM leasejobs_job WHERE queue = %s", [OTHER_QUEUE])
+        self.conn.execute("DELETE FROM leasejobs_queue WHERE name = %s", [OTHER_QUEUE])
+        self.conn.execute("VACUUM leasejobs_job")
 
     def claim_plan(self) -> str:
         """EXPLAIN of the worker's claim, on a connection set up like the worker's."""
@@ -249,7 +286,14 @@ class Bench:
     @contextlib.contextmanager
     def workers(self, count: int, args: list[str]) -> Iterator[WorkerGroup]:
         self._runs += 1
-        group = WorkerGroup(count, args, self.log_dir, self.verbosity, name=f"{os.getpid()}-{self._runs}")
+        group = WorkerGroup(
+            count,
+            args,
+            self.log_dir,
+            self.verbosity,
+            name=f"{os.getpid()}-{self._runs}",
+            queue=None if self.all_queues else QUEUE,
+        )
         try:
             group.start()
             group.wait_ready(self.conn)
@@ -596,6 +640,7 @@ def run_all(
             "prefetch": options["prefetch"],
             "worker_log_level": options["worker_log_level"],
             "workload": {"kind": workload.kind, "seconds": workload.seconds},
+            "all_queues": b.all_queues,
         },
     }
     others = b.other_workers()
@@ -612,6 +657,14 @@ def run_all(
         results["table"] = {"rows": options["table_rows"], "prefill_seconds": seconds}
         results["processing"] += _processing(b, options, options["table_rows"], step)
         results["table"]["claim_plan"] = b.claim_plan()
+    if options["other_queue_jobs"] and options["jobs"]:
+        n = options["other_queue_jobs"]
+        step(f"queue {n:,} jobs the workers leave alone ({'paused' if b.all_queues else 'another'} queue)")
+        try:
+            b.park(n)
+            results["processing"] += _processing(b, options, 0, step, other_queue_jobs=n)
+        finally:
+            b.unpark()
     _latency(b, options, results, step)
     if options.get("backlog"):
         _backlog(b, options, results, step)
@@ -775,7 +828,11 @@ def workload_of(options: dict[str, Any]) -> Workload:
 
 
 def _processing(
-    b: Bench, options: dict[str, Any], table_rows: int, step: Callable[[str], None]
+    b: Bench,
+    options: dict[str, Any],
+    table_rows: int,
+    step: Callable[[str], None],
+    other_queue_jobs: int = 0,
 ) -> list[dict[str, Any]]:
     workload = workload_of(options)
     figures = []
@@ -786,7 +843,8 @@ def _processing(
                 step(
                     f"processing {options['jobs']:,} {workload.kind} jobs: {workers} worker(s) x concurrency "
                     f"{concurrency}, logging {level.upper()}"
-                    + (f", {table_rows:,} finished rows in the table" if table_rows else ""),
+                    + (f", {table_rows:,} finished rows in the table" if table_rows else "")
+                    + (f", {other_queue_jobs:,} jobs of a queue left alone" if other_queue_jobs else ""),
                 )
                 runs = [
                     b.process(options["jobs"], workers, concurrency, options["prefetch"], workload=workload)
@@ -798,6 +856,7 @@ def _processing(
                         "concurrency": concurrency,
                         "log_level": level,
                         "table_rows": table_rows,
+                        "other_queue_jobs": other_queue_jobs,
                         "workload": workload.kind,
                         "ideal": workload.ideal(workers, concurrency),
                         "runs": [round(r["jobs_per_s"]) for r in runs],

@@ -13,6 +13,8 @@ from leasejobs.registry import task
 
 QUEUE = "leasejobs-bench"
 HISTORY_QUEUE = "leasejobs-bench-history"
+#: The queue of ``--other-queue-jobs``: never served by the bench's workers (paused with ``--all-queues``).
+OTHER_QUEUE = "leasejobs-bench-other"
 NOOP = "leasejobs.bench.noop"
 STAMP = "leasejobs.bench.stamp"
 SLEEP = "leasejobs.bench.sleep"

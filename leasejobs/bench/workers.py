@@ -39,13 +39,14 @@ def _rss_mb(pid: int) -> float | None:
 
 @dataclass
 class WorkerGroup:
-    """``runworker`` processes on the bench queue, logging to files in ``log_dir``."""
+    """``runworker`` processes on ``queue`` (None: every queue), logging to files in ``log_dir``."""
 
     count: int
     args: list[str]
     log_dir: Path
     verbosity: int
     name: str
+    queue: str | None = QUEUE
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
 
@@ -59,7 +60,8 @@ class WorkerGroup:
         )
         for i in range(self.count):
             worker_id = f"bench-{self.name}-{i}"
-            argv = ["--queue", QUEUE, "--worker-id", worker_id, "-v", str(self.verbosity), *self.args]
+            queue = ["--queue", self.queue] if self.queue else []
+            argv = [*queue, "--worker-id", worker_id, "-v", str(self.verbosity), *self.args]
             log = open(self.log_dir / f"{worker_id}.log", "wb")  # noqa: SIM115 (closed below)
             with log:
                 self.procs.append(

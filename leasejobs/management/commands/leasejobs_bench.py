@@ -127,6 +127,20 @@ class Command(BaseCommand):
             help="Then insert N finished jobs and measure processing again (and show the claim plan).",
         )
         parser.add_argument(
+            "--other-queue-jobs",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Then queue N due jobs an hour old in a queue the workers leave alone (another queue, "
+            "or a paused one with --all-queues) and measure processing again.",
+        )
+        parser.add_argument(
+            "--all-queues",
+            action="store_true",
+            help="Run the workers on every queue, as runworker does by default (no --queue); the "
+            "database must hold no other due jobs.",
+        )
+        parser.add_argument(
             "--backlog",
             type=non_negative_int,
             default=0,
@@ -190,7 +204,11 @@ class Command(BaseCommand):
                     raise CommandError(f"{flag} needs matplotlib: pip install matplotlib") from None
         if options["plot_backlog"] and not options["backlog"]:
             raise CommandError("--plot-backlog draws the --backlog drains: give --backlog N.")
-        b = Bench(verbosity=VERBOSITY[options["worker_log_level"][0]], progress=not options["json"])
+        b = Bench(
+            verbosity=VERBOSITY[options["worker_log_level"][0]],
+            progress=not options["json"],
+            all_queues=options["all_queues"],
+        )
         try:
             results = run_all(b, options, lambda text: self._step(options, text), self.stderr.write)
         except RuntimeError as exc:
