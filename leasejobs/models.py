@@ -5,8 +5,7 @@ in ``leasejobs.sql``); the models exist for migrations, the admin and the
 users' own queries.
 
 Schema choices that matter for a hot queue table:
-- the claim is served by a small partial index over claimable rows only,
-  by queue, so that one queue's backlog is never walked by another's claim;
+- the claim is served by a small partial index over claimable rows only;
 - ``lease_until`` and ``heartbeat_at`` are in no index, so a heartbeat is a
   HOT update (no index writes, and the page's free space is reused, which
   the table's fillfactor leaves room for — see the migration);
@@ -83,11 +82,10 @@ class Job(models.Model):
     class Meta:
         db_table = "leasejobs_job"
         indexes = [
-            # The claim's index: only queued and running rows, by queue, then in
-            # claim order, so that a claim walks only the queues it takes from.
+            # The claim's index: only queued and running rows, in claim order.
             models.Index(
-                fields=["queue", "-priority", "run_at", "id"],
-                name="leasejobs_job_queue_claim",
+                fields=["-priority", "run_at", "id"],
+                name="leasejobs_job_claim",
                 condition=Q(status__in=["queued", "running"]),
             ),
             # Pruning and the admin's "recently finished" views.

@@ -154,41 +154,12 @@ _CLAIM_SET = """
                             ELSE j.last_error END
 """
 
-#: The queues a claim walks, each on its own range of the claim index
-#: (``leasejobs_job_queue_claim``: queue, then claim order): the worker's
-#: queues (``queues``), or with none given every queue that has a queued or
-#: running job, found by a skip scan of that index (one probe per queue, as
-#: PostgreSQL has no skip scan of its own before version 18). A claim then
-#: takes the best ``limit`` rows of each queue it may take from, and the best
-#: ``limit`` of those: the same rows as one walk of all queues in claim order,
-#: but jobs of a queue the claim leaves alone (another worker's, a paused or
-#: limited queue's) are never walked past. With one index in claim order
-#: across queues, a million queued jobs of a queue nobody served made every
-#: other queue's claim walk all of them: 8 times slower.
-_LIVE_QUEUES = """
-seen(queue) AS (
-    (SELECT queue FROM leasejobs_job
-     WHERE status IN ('queued', 'running') AND %(queues)s::text[] IS NULL
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM leasejobs_job AS j
-            WHERE j.status IN ('queued', 'running') AND j.queue > s.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM seen AS s WHERE s.queue IS NOT NULL
-),
-live AS (
-    SELECT queue::text FROM seen WHERE queue IS NOT NULL
-    UNION ALL
-    SELECT unnest(%(queues)s::text[])
-)"""
-
 #: Claim up to ``limit`` jobs for this worker in one statement.
 #:
 #: Claimable: queued and due, or running with an expired lease (its worker
 #: died, hung or was paused). SKIP LOCKED lets many workers claim at once
 #: without waiting on each other; the order is priority, then run_at, then id,
-#: served within each queue (``_LIVE_QUEUES``) by the partial index
-#: ``leasejobs_job_queue_claim``.
+#: served by the partial index ``leasejobs_job_claim``.
 #:
 #: A claim bumps ``attempt`` (the fencing token) and stamps the lease from
 #: the database clock at the moment the rows were locked
@@ -219,42 +190,34 @@ live AS (
 #: The rows come back in claim order (an UPDATE's RETURNING has none), so a
 #: worker that claims many at once still starts them in priority order. The
 #: worker's claim connection turns sequential and bitmap scans off, so this
-#: is always a walk of each queue's range of the partial index that stops
-#: after ``limit`` rows, whatever the table's statistics say (see
-#: ``leasejobs.store``). A paused or limited queue's range is not walked.
+#: is always a walk of the partial index that stops after ``limit`` rows,
+#: whatever the table's statistics say (see ``leasejobs.store``).
 #: ``waited`` (seconds from ``run_at`` to the claim, database clock) and
 #: ``trace_context`` feed the queue-time metric and the attempt's span.
 #:
 #: Queue controls: this claim leaves alone every job with a concurrency key
 #: and every job of a paused or limited queue (read from ``leasejobs_queue``
 #: once per statement, so a pause applies to the very next claim); those
-#: are ``CLAIM_LIMITED``'s. With no queue row and no key, this costs one
-#: look at an empty table.
+#: are ``CLAIM_LIMITED``'s. With no queue row and no key, this is the claim
+#: it always was, plus one look at an empty table.
 CLAIM = (
     """
-WITH RECURSIVE """
-    + _LIVE_QUEUES
-    + """,
-picked AS (
-    SELECT c.* FROM live AS q CROSS JOIN LATERAL (
-        SELECT id, priority, run_at, status = 'running' AS taken_over,
-               CASE WHEN cancel_requested THEN 'cancelled'
-                    WHEN status = 'running' AND runs >= max_attempts THEN 'failed' END AS ended
-        FROM leasejobs_job
-        WHERE queue = q.queue
-          AND status IN ('queued', 'running')
-          AND ((status = 'queued' AND run_at <= statement_timestamp())
-               OR (status = 'running' AND lease_until < statement_timestamp()))
-          AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
-          AND concurrency_key IS NULL
-        ORDER BY priority DESC, run_at, id
-        LIMIT %(limit)s
-        FOR NO KEY UPDATE SKIP LOCKED
-    ) AS c
-    WHERE q.queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
-                                WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
-    ORDER BY c.priority DESC, c.run_at, c.id
+WITH picked AS (
+    SELECT id, priority, run_at, status = 'running' AS taken_over,
+           CASE WHEN cancel_requested THEN 'cancelled'
+                WHEN status = 'running' AND runs >= max_attempts THEN 'failed' END AS ended
+    FROM leasejobs_job
+    WHERE status IN ('queued', 'running')
+      AND ((status = 'queued' AND run_at <= statement_timestamp())
+           OR (status = 'running' AND lease_until < statement_timestamp()))
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+      AND concurrency_key IS NULL
+      AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
+                              WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
+    ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
 ),
 counted AS (
     -- The first rows in claim order: a top-N sort, not a ranking of them all.
@@ -312,10 +275,7 @@ ORDER BY priority DESC, run_at, id
 #: run now; the others wait behind the worker's short prefetch buffer.
 CLAIM_LIMITED = (
     """
-WITH RECURSIVE """
-    + _LIVE_QUEUES
-    + """,
-ctl AS (
+WITH ctl AS (
     SELECT name, concurrency, rate_count, rate_seconds
     FROM leasejobs_queue
     WHERE NOT paused AND (concurrency IS NOT NULL OR rate_count IS NOT NULL)
@@ -335,36 +295,27 @@ open AS (
               WHERE s.kind = 'rate' AND s.name = c.name AND s.n <= c.rate_count
                 AND (s.held_until IS NULL OR s.held_until < now())))
 ),
-targets AS MATERIALIZED (
-    -- An open limited queue: all its jobs; a queue without limits (not paused): its keyed jobs.
-    -- Materialized: flattened into the walk below, the tests were priced per row walked.
-    SELECT l.queue, l.queue IN (SELECT name FROM open) AS open
-    FROM live AS l
-    WHERE l.queue IN (SELECT name FROM open)
-       OR (l.queue NOT IN (SELECT name FROM ctl) AND l.queue NOT IN (SELECT name FROM paused))
-),
 candidate AS (
-    SELECT c.* FROM targets AS q CROSS JOIN LATERAL (
-        SELECT j.id, j.queue, j.concurrency_key, j.concurrency_limit, j.priority, j.run_at,
-               j.status = 'running' AS taken_over,
-               CASE WHEN j.cancel_requested THEN 'cancelled'
-                    WHEN j.status = 'running' AND j.runs >= j.max_attempts THEN 'failed' END AS ended
-        FROM leasejobs_job AS j
-        WHERE j.queue = q.queue
-          AND j.status IN ('queued', 'running')
-          AND ((j.status = 'queued' AND j.run_at <= statement_timestamp())
-               OR (j.status = 'running' AND j.lease_until < statement_timestamp()))
-          AND (q.open OR j.concurrency_key IS NOT NULL)
-          AND (j.concurrency_key IS NULL OR EXISTS (
-                  SELECT 1 FROM leasejobs_slot AS s
-                  WHERE s.kind = 'key' AND s.name = j.concurrency_key AND s.n <= j.concurrency_limit
-                    AND (s.held_until IS NULL OR s.held_until < now())))
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT %(scan)s
-        FOR NO KEY UPDATE OF j SKIP LOCKED
-    ) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
+    SELECT j.id, j.queue, j.concurrency_key, j.concurrency_limit, j.priority, j.run_at,
+           j.status = 'running' AS taken_over,
+           CASE WHEN j.cancel_requested THEN 'cancelled'
+                WHEN j.status = 'running' AND j.runs >= j.max_attempts THEN 'failed' END AS ended
+    FROM leasejobs_job AS j
+    WHERE j.status IN ('queued', 'running')
+      AND ((j.status = 'queued' AND j.run_at <= statement_timestamp())
+           OR (j.status = 'running' AND j.lease_until < statement_timestamp()))
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+      AND (j.queue IN (SELECT name FROM open)
+           OR (j.concurrency_key IS NOT NULL
+               AND j.queue NOT IN (SELECT name FROM ctl)
+               AND j.queue NOT IN (SELECT name FROM paused)))
+      AND (j.concurrency_key IS NULL OR EXISTS (
+              SELECT 1 FROM leasejobs_slot AS s
+              WHERE s.kind = 'key' AND s.name = j.concurrency_key AND s.n <= j.concurrency_limit
+                AND (s.held_until IS NULL OR s.held_until < now())))
+    ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(scan)s
+    FOR NO KEY UPDATE OF j SKIP LOCKED
 ),
 need AS (
     SELECT c.id, 'concurrency' AS kind, c.queue AS name, q.concurrency AS lim, NULL::float8 AS hold

@@ -73,7 +73,7 @@ def test_json_with_a_large_table_shows_the_claim_using_its_partial_index(bench_e
     assert empty["median"] > 0 and large["median"] > 0
     # Claims and finishes change the status, which the claim index's predicate reads: never HOT.
     assert large["updates"] == 2 * 200
-    assert "Index Scan using leasejobs_job_queue_claim" in results["table"]["claim_plan"]
+    assert "Index Scan using leasejobs_job_claim" in results["table"]["claim_plan"]
     assert results["settings"]["prefetch"] == 10
     assert not Job.objects.exists()
 

@@ -1,7 +1,7 @@
 """The overview's charts over time: four queries over the jobs table, no table of their own.
 
 Each query reads only what two partial indexes serve: the jobs finished in
-the window (``leasejobs_job_finished``) and the active jobs (``leasejobs_job_queue_claim``),
+the window (``leasejobs_job_finished``) and the active jobs (``leasejobs_job_claim``),
 so its cost follows the jobs of the window, not the table's history
 (docs/admin.md has the timings at 1,000,000 rows). Buckets come from the
 database clock (``date_bin``, PostgreSQL 14+); every bucket is returned, empty

@@ -156,9 +156,7 @@ def render(results: dict[str, Any]) -> str:
     if "table" in results:
         plan = results["table"]["claim_plan"]
         scans = [
-            line.strip()
-            for line in plan.splitlines()
-            if "Scan" in line and "leasejobs_job_queue_claim" in line
+            line.strip() for line in plan.splitlines() if "Scan" in line and "leasejobs_job_claim" in line
         ]
         lines += ["", "claim plan with the large table: " + (scans[0] if scans else "NO claim index scan!")]
     return "\n".join(lines) + "\n"
