@@ -161,6 +161,16 @@ _CLAIM_SET = """
 #: without waiting on each other; the order is priority, then run_at, then id,
 #: served by the partial index ``leasejobs_job_claim``.
 #:
+#: The walk is bounded by the clock: each priority of queued and running
+#: jobs (``levels``, a skip scan of the index) is walked on its own from its
+#: oldest job up to ``run_at <= now``, never into the jobs scheduled later,
+#: which sit after the due ones of their priority. One walk of the whole
+#: index read all of those at every claim that found fewer due jobs than its
+#: limit, which is every claim of a worker keeping up: 200,000 jobs due
+#: tomorrow made each claim read 5,300 pages (60 ms). A running job's
+#: ``run_at`` is never later than its claim, so an expired lease is still
+#: found inside the bound.
+#:
 #: A claim bumps ``attempt`` (the fencing token) and stamps the lease from
 #: the database clock at the moment the rows were locked
 #: (``clock_timestamp()``, not the statement's start, which may have waited
@@ -202,22 +212,40 @@ _CLAIM_SET = """
 #: it always was, plus one look at an empty table.
 CLAIM = (
     """
-WITH picked AS (
-    SELECT id, priority, run_at, status = 'running' AS taken_over,
-           CASE WHEN cancel_requested THEN 'cancelled'
-                WHEN status = 'running' AND runs >= max_attempts THEN 'failed' END AS ended
-    FROM leasejobs_job
-    WHERE status IN ('queued', 'running')
-      AND ((status = 'queued' AND run_at <= statement_timestamp())
-           OR (status = 'running' AND lease_until < statement_timestamp()))
-      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
-      AND concurrency_key IS NULL
-      AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
-                              WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
-    ORDER BY priority DESC, run_at, id
+WITH RECURSIVE levels(priority) AS (
+    -- The priorities of queued and running jobs, highest first: one index probe each.
+    (SELECT priority FROM leasejobs_job WHERE status IN ('queued', 'running')
+     ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM leasejobs_job AS j
+            WHERE j.status IN ('queued', 'running') AND j.priority < l.priority
+            ORDER BY j.priority DESC LIMIT 1)
+    FROM levels AS l WHERE l.priority IS NOT NULL
+),
+picked AS (
+    -- No ORDER BY: the levels come highest first and each walk in (run_at, id)
+    -- order, so the rows arrive in claim order and the LIMIT stops the walks
+    -- (and their locks) at the last row kept.
+    SELECT c.* FROM levels AS l CROSS JOIN LATERAL (
+        SELECT id, priority, run_at, status = 'running' AS taken_over,
+               CASE WHEN cancel_requested THEN 'cancelled'
+                    WHEN status = 'running' AND runs >= max_attempts THEN 'failed' END AS ended
+        FROM leasejobs_job
+        WHERE priority = l.priority
+          AND status IN ('queued', 'running')
+          AND run_at <= statement_timestamp()
+          AND (status = 'queued' OR lease_until < statement_timestamp())
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+          AND concurrency_key IS NULL
+          AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
+                                  WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS c
+    WHERE l.priority IS NOT NULL
     LIMIT %(limit)s
-    FOR NO KEY UPDATE SKIP LOCKED
 ),
 counted AS (
     -- The first rows in claim order: a top-N sort, not a ranking of them all.
