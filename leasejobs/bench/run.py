@@ -1,6 +1,7 @@
 """One benchmark session (``Bench``) and ``run_all``, which runs what the command asks."""
 
 import contextlib
+import datetime as dt
 import json
 import os
 import statistics
@@ -179,12 +180,13 @@ class Bench:
         self.conn.execute("VACUUM ANALYZE leasejobs_job")
         return time.monotonic() - started
 
-    def park(self, rows: int) -> float:
-        """Queue ``rows`` due no-op jobs an hour old in a queue the workers leave alone; seconds taken.
+    def park(self, rows: int, *, due: bool = True) -> float:
+        """Queue ``rows`` no-op jobs the workers may not take, in a queue of their own; seconds taken.
 
-        Another queue than the one the workers serve, or with ``all_queues`` a
-        paused one: either way, jobs that sort ahead of every bench job in
-        claim order and that no bench claim may take.
+        ``due``: an hour old, in another queue than the one the workers
+        serve, or with ``all_queues`` a paused one: either way, jobs that sort
+        ahead of every bench job in claim order. Else due tomorrow: after
+        them, and not yet claimable by anyone.
         """
         started = time.monotonic()
         self.conn.execute(
@@ -193,13 +195,18 @@ class Bench:
                 task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
                 run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at, snoozes
             )
-            SELECT %(task)s, %(queue)s, 0, '[]', '{}', 'queued', 0, 1, now() - interval '1 hour',
-                   '', false, '', '[]', '[]', now() - interval '1 hour', 0
+            SELECT %(task)s, %(queue)s, 0, '[]', '{}', 'queued', 0, 1, now() + %(offset)s,
+                   '', false, '', '[]', '[]', now(), 0
             FROM generate_series(1, %(rows)s)
             """,
-            {"task": NOOP, "queue": OTHER_QUEUE, "rows": rows},
+            {
+                "task": NOOP,
+                "queue": OTHER_QUEUE,
+                "rows": rows,
+                "offset": dt.timedelta(hours=-1) if due else dt.timedelta(days=1),
+            },
         )
-        if self.all_queues:
+        if due and self.all_queues:
             self.conn.execute(
                 "INSERT INTO leasejobs_queue (name, paused, limits_from_settings, updated_at)"
                 " VALUES (%s, true, false, now()) ON CONFLICT (name) DO UPDATE SET paused = true",
@@ -663,6 +670,17 @@ def run_all(
         try:
             b.park(n)
             results["processing"] += _processing(b, options, 0, step, other_queue_jobs=n)
+        finally:
+            b.unpark()
+    if options["scheduled_jobs"] and options["latency_jobs"]:
+        n = options["scheduled_jobs"]
+        step(f"latency beside {n:,} jobs due tomorrow")
+        try:
+            b.park(n, due=False)
+            results["latency_scheduled_ms"] = {
+                **b.latency(options["latency_jobs"], options["latency_rate"], options["concurrency"][0]),
+                "scheduled": n,
+            }
         finally:
             b.unpark()
     _latency(b, options, results, step)

@@ -135,6 +135,13 @@ class Command(BaseCommand):
             "or a paused one with --all-queues) and measure processing again.",
         )
         parser.add_argument(
+            "--scheduled-jobs",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Then queue N jobs due tomorrow and measure the idle latency again beside them.",
+        )
+        parser.add_argument(
             "--all-queues",
             action="store_true",
             help="Run the workers on every queue, as runworker does by default (no --queue); the "
