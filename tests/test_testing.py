@@ -7,6 +7,7 @@ with the worker's own statements; nothing is committed.
 import datetime as dt
 
 import pytest
+from django.db import connection, transaction
 from django.test import TestCase, override_settings
 
 from leasejobs import RetryPolicy
@@ -144,6 +145,24 @@ def test_the_helpers_work_outside_a_transaction_too(transactional_db, job_queue)
     assert (ran.outcome, ran.result) == ("done", 42)
     job.refresh_from_db()
     assert (job.status, job.result) == ("done", 42)
+
+
+def test_the_claims_turn_jit_off_and_leave_the_session_as_it_was(transactional_db, job_queue):
+    """JIT off for the claim (it compiled for seconds on a large table); the session's setting kept."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET jit = on")
+        add.enqueue(1, 2)
+        [ran] = job_queue.run_jobs()
+        assert ran.outcome == "done"
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone()[0] == "on"
+        with transaction.atomic():
+            add.enqueue(3, 4)
+            [ran] = job_queue.run_jobs()
+            cursor.execute("SHOW jit")
+            assert cursor.fetchone()[0] == "off"  # until this transaction ends
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone()[0] == "on"
 
 
 def test_a_queue_that_never_empties_is_an_error_not_a_hang(job_queue):
