@@ -7,6 +7,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from leasejobs.bench.report import pace, render
 from leasejobs.connection import database_url
@@ -45,6 +46,7 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
         "enqueue's own INSERT sent bare (ENQUEUE_PLAIN, one cursor)",
         "bare INSERT, one row per statement (same Django connection, one cursor)",
         "bare INSERT, one row per statement (same Django connection, a cursor each)",
+        "bare INSERT with enqueue's NOTIFY (same Django connection, one cursor)",
         "enqueue, bulk (bulk_enqueue, 1,000 per call)",
         "enqueue, bulk ids (bulk_enqueue_ids, 1,000 per call)",
         "processing, 1 worker(s) x concurrency 4, WARNING",
@@ -62,6 +64,9 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
     assert "workers logging at WARNING" in output
     assert re.search(r"worker RSS, 1w c4 WARNING idle / 25% / end\s+[\d.]+ / ([\d.]+|-) / [\d.]+ MB", output)
     assert not Job.objects.exists()
+    with connection.cursor() as cursor:  # the raw-SQL table is dropped after each use
+        cursor.execute("SELECT to_regclass('leasejobs_bench_raw')")
+        assert cursor.fetchone() == (None,)
 
 
 def test_json_with_a_large_table_shows_the_claim_using_its_partial_index(bench_env):

@@ -484,6 +484,7 @@ def main() -> None:
             for key, cursors in (
                 ("bare_insert_django", "one cursor"),
                 ("bare_insert_django_cursor_each", "a cursor each"),
+                ("bare_insert_django_notify", "one cursor, with enqueue()'s NOTIFY"),
             ):
                 if key in lj["enqueue"]:
                     config = f"one row, Django's connection, {cursors}"

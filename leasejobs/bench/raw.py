@@ -11,6 +11,7 @@ the table.
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -65,6 +66,11 @@ RAW_INSERT = f"""
 INSERT INTO {RAW_TABLE} (status, priority, run_at, attempt, leased_by)
 VALUES ('queued', %(priority)s, now(), 0, '') RETURNING id
 """
+#: ``RAW_INSERT`` with the NOTIFY that ``enqueue()``'s INSERT sends with its row.
+RAW_INSERT_NOTIFY = f"""
+INSERT INTO {RAW_TABLE} (status, priority, run_at, attempt, leased_by)
+VALUES ('queued', %(priority)s, now(), 0, '') RETURNING id, pg_notify(%(channel)s, %(payload)s)::text
+"""
 #: Insert many jobs sent by the client in one statement.
 RAW_INSERT_MANY = f"""
 INSERT INTO {RAW_TABLE} (status, priority, run_at, attempt, leased_by)
@@ -72,11 +78,20 @@ SELECT 'queued', p, now(), 0, '' FROM unnest(%(priorities)s::smallint[]) AS p RE
 """
 
 
-def raw_insert(admin: psycopg.Connection[Any], jobs: int, per_statement: int) -> float:
-    """Jobs/s of bare prepared INSERTs on one connection, ``per_statement`` rows each."""
+@contextlib.contextmanager
+def raw_table(admin: psycopg.Connection[Any]) -> Iterator[None]:
+    """The raw-SQL table, made anew for the block inside and dropped after it."""
     for statement in RAW_SETUP:
         admin.execute(statement)
-    with connect() as conn:
+    try:
+        yield
+    finally:
+        admin.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
+
+
+def raw_insert(admin: psycopg.Connection[Any], jobs: int, per_statement: int) -> float:
+    """Jobs/s of bare prepared INSERTs on one connection, ``per_statement`` rows each."""
+    with raw_table(admin), connect() as conn:
         started = time.perf_counter()
         if per_statement == 1:
             for _ in range(jobs):
@@ -84,43 +99,39 @@ def raw_insert(admin: psycopg.Connection[Any], jobs: int, per_statement: int) ->
         else:
             for _ in range(max(1, jobs // per_statement)):
                 conn.execute(RAW_INSERT_MANY, {"priorities": [0] * per_statement}).fetchall()
-        rate = max(1, jobs // per_statement) * per_statement / (time.perf_counter() - started)
-    admin.execute(f"DROP TABLE {RAW_TABLE}")
-    return rate
+        return max(1, jobs // per_statement) * per_statement / (time.perf_counter() - started)
 
 
-def raw_insert_django(admin: psycopg.Connection[Any], jobs: int, *, cursor_each: bool = False) -> float:
-    """Jobs/s of the bare one-row INSERT through Django's connection, as Django binds it.
+def insert_django(rows: int, *, cursor_each: bool = False, notify: tuple[str, str] | None = None) -> None:
+    """``rows`` bare one-row INSERTs into the raw table through Django's connection, as Django binds them.
 
-    The reference of a single ``enqueue()``, which runs on that connection too:
-    on one cursor kept for every statement (the strictest reference), or with
-    ``cursor_each`` a cursor per statement, as ``enqueue()`` and every query of
-    Django's ORM open one.
+    The references of a single ``enqueue()``, which runs on that connection
+    too: on one cursor kept for every statement (the strictest), or with
+    ``cursor_each`` a cursor per statement, as ``enqueue()`` and every query
+    of Django's ORM open one; ``notify`` (channel, payload) adds the NOTIFY
+    that ``enqueue()``'s INSERT sends, to show what it costs. The caller
+    holds ``raw_table``.
     """
-    for statement in RAW_SETUP:
-        admin.execute(statement)
+    query = RAW_INSERT
+    params: dict[str, Any] = {"priority": 0}
+    if notify is not None:
+        query = RAW_INSERT_NOTIFY
+        params = {"priority": 0, "channel": notify[0], "payload": notify[1]}
     connection = connections[db_alias()]
-    started = time.perf_counter()
     if cursor_each:
-        for _ in range(jobs):
+        for _ in range(rows):
             with connection.cursor() as cursor:
-                cursor.execute(RAW_INSERT, {"priority": 0})
+                cursor.execute(query, params)
                 cursor.fetchall()
-    else:
-        with connection.cursor() as cursor:
-            for _ in range(jobs):
-                cursor.execute(RAW_INSERT, {"priority": 0})
-                cursor.fetchall()
-    rate = jobs / (time.perf_counter() - started)
-    admin.execute(f"DROP TABLE {RAW_TABLE}")
-    return rate
+        return
+    with connection.cursor() as cursor:
+        for _ in range(rows):
+            cursor.execute(query, params)
+            cursor.fetchall()
 
 
 def raw_sql(admin: psycopg.Connection[Any], batch: int, clients: int, jobs: int) -> float:
     """Jobs/s of bare claim + finish statements, ``batch`` jobs per statement."""
-    for statement in RAW_SETUP:
-        admin.execute(statement)
-    admin.execute(RAW_FILL, {"n": jobs})
     done = [0] * clients
     errors: list[BaseException] = []
     start = threading.Barrier(clients + 1)
@@ -142,15 +153,17 @@ def raw_sql(admin: psycopg.Connection[Any], batch: int, clients: int, jobs: int)
             with contextlib.suppress(threading.BrokenBarrierError):
                 start.abort()
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
-    for t in threads:
-        t.start()
-    start.wait()
-    started = time.perf_counter()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - started
-    admin.execute(f"DROP TABLE {RAW_TABLE}")
+    with raw_table(admin):
+        admin.execute(RAW_FILL, {"n": jobs})
+        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+        for t in threads:
+            t.start()
+        with contextlib.suppress(threading.BrokenBarrierError):  # a client failed: raised below
+            start.wait()
+        started = time.perf_counter()
+        for t in threads:
+            t.join()
+        seconds = time.perf_counter() - started
     if errors:
         raise errors[0]
     if sum(done) != jobs:

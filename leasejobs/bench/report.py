@@ -42,6 +42,12 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
                     _n(enqueue["bare_insert_django_cursor_each"]) + " jobs/s",
                 )
             )
+        if "bare_insert_django_notify" in enqueue:
+            notify = enqueue["bare_insert_django_notify"]
+            text = _n(notify) + " jobs/s"
+            if "bare_insert_django" in enqueue:
+                text += f"  ({notify / enqueue['bare_insert_django']:.0%} of the bare INSERT)"
+            rows.append(("bare INSERT with enqueue's NOTIFY (same Django connection, one cursor)", text))
         rows.append(("enqueue, bulk (bulk_enqueue, 1,000 per call)", _n(enqueue["bulk"]) + " jobs/s"))
         if "bulk_ids" in enqueue:
             rows.append(

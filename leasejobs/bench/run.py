@@ -2,6 +2,7 @@
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import statistics
@@ -25,6 +26,10 @@ from leasejobs.conf import db_alias
 
 #: runworker's verbosity for each log level.
 VERBOSITY = {"warning": 0, "info": 1}
+
+#: Rows each kind of single enqueue inserts before the next takes its turn
+#: (``Bench.enqueue_one_by_one``).
+ENQUEUE_BLOCK = 50
 
 
 @dataclass(frozen=True)
@@ -239,25 +244,24 @@ class Bench:
 
     # -- enqueue
 
-    def enqueue_single(self, jobs: int) -> float:
-        """Jobs/s of ``task.enqueue()``, each its own transaction on Django's connection."""
-        noop = self.tasks["noop"]
-        started = time.perf_counter()
-        for _ in range(jobs):
-            noop.enqueue()
-        rate = jobs / (time.perf_counter() - started)
-        self.clear()
-        return rate
+    def enqueue_one_by_one(self, jobs: int, block: int = ENQUEUE_BLOCK) -> dict[str, float]:
+        """Jobs/s of ``task.enqueue()`` and of its references, ``jobs`` rows each, taking turns.
 
-    def enqueue_statement(self, jobs: int) -> float:
-        """Jobs/s of ``enqueue()``'s own INSERT (``ENQUEUE_PLAIN``) sent bare, one row per statement.
-
-        On one cursor of Django's connection with fixed parameters: the row,
-        its indexes and its NOTIFY without any of ``enqueue()``'s Python. Between
-        it and the bare INSERT lies the SQL's cost, between it and ``enqueue()``
-        the Python's.
+        Each row is its own transaction, so each waits for its commit's WAL
+        flush, and on a shared machine that time drifts by a third within
+        seconds: measured one after the other, a kind's figure moved between
+        61 % and 119 % of the bare INSERT's from one run to the next. So the
+        kinds take turns every ``block`` rows, in an order reversed at each
+        turn, and each figure is its rows over the time its own blocks took:
+        all of them see the same disk. The kinds: ``enqueue()``; its own
+        INSERT (``ENQUEUE_PLAIN``) sent bare on one cursor, which is the SQL
+        without ``enqueue()``'s Python; and the bare one-row INSERT through
+        the same Django connection on one cursor, with a cursor per statement
+        (as ``enqueue()`` and Django's ORM run), and with ``enqueue()``'s
+        NOTIFY.
         """
         noop = self.tasks["noop"]
+        channel = conf.get("NOTIFY_CHANNEL")
         params = {
             "task_name": noop.name,
             "queue": noop.queue,
@@ -265,16 +269,37 @@ class Bench:
             "args": "[]",
             "kwargs": "{}",
             "max_attempts": noop.max_attempts,
-            "channel": conf.get("NOTIFY_CHANNEL"),
+            "channel": channel,
         }
-        with connections[db_alias()].cursor() as cursor:
-            started = time.perf_counter()
-            for _ in range(jobs):
-                cursor.execute(sql.ENQUEUE_PLAIN, params)
-                cursor.fetchall()
-            rate = jobs / (time.perf_counter() - started)
+
+        def single(rows: int) -> None:
+            for _ in range(rows):
+                noop.enqueue()
+
+        def statement(rows: int) -> None:
+            with connections[db_alias()].cursor() as cursor:
+                for _ in range(rows):
+                    cursor.execute(sql.ENQUEUE_PLAIN, params)
+                    cursor.fetchall()
+
+        kinds: dict[str, Callable[[int], None]] = {
+            "single": single,
+            "statement": statement,
+            "bare_insert_django": raw.insert_django,
+            "bare_insert_django_cursor_each": functools.partial(raw.insert_django, cursor_each=True),
+            "bare_insert_django_notify": functools.partial(raw.insert_django, notify=(channel, noop.queue)),
+        }
+        seconds = dict.fromkeys(kinds, 0.0)
+        with raw.raw_table(self.conn):
+            order = list(kinds)
+            for turn in range(max(1, jobs // block)):
+                for name in order if turn % 2 == 0 else reversed(order):
+                    started = time.perf_counter()
+                    kinds[name](block)
+                    seconds[name] += time.perf_counter() - started
         self.clear()
-        return rate
+        rows = max(1, jobs // block) * block
+        return {name: rows / spent for name, spent in seconds.items()}
 
     def enqueue_bulk(self, jobs: int, chunk: int = 1000, *, ids: bool = False) -> float:
         """Jobs/s of ``task.bulk_enqueue()`` (``bulk_enqueue_ids()``) with ``chunk`` jobs per call."""
@@ -698,25 +723,10 @@ def _enqueue_and_raw(
     """Enqueue jobs/s, and the raw-SQL limits of inserting and of claim + finish."""
     repeat, n = options["repeat"], options["enqueue_jobs"]
     if n:
-        step(f"enqueue {n:,} jobs, single (beside a bare INSERT on the same connection) and bulk")
-        # Alternated, so that all four see the same disk: each commit waits for its flush.
-        single, statement, bare, bare_cursor_each = zip(
-            *(
-                (
-                    b.enqueue_single(n),
-                    b.enqueue_statement(n),
-                    raw.raw_insert_django(b.conn, n),
-                    raw.raw_insert_django(b.conn, n, cursor_each=True),
-                )
-                for _ in range(repeat)
-            ),
-            strict=True,
-        )
+        step(f"enqueue {n:,} jobs, single (taking turns with bare INSERTs on the same connection) and bulk")
+        singles = [b.enqueue_one_by_one(n) for _ in range(repeat)]
         results["enqueue"] = {
-            "single": statistics.median(single),
-            "statement": statistics.median(statement),
-            "bare_insert_django": statistics.median(bare),
-            "bare_insert_django_cursor_each": statistics.median(bare_cursor_each),
+            **{kind: statistics.median(run[kind] for run in singles) for kind in singles[0]},
             "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
             "bulk_ids": statistics.median(b.enqueue_bulk(n, ids=True) for _ in range(repeat)),
         }
