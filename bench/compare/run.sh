@@ -3,7 +3,7 @@
 #
 #   DATABASE_URL=postgres://postgres:postgres@localhost:5432/leasejobs_bench bench/compare/run.sh [options]
 #
-# Makes bench/compare/.venv (Python 3.12+: $PYTHON, else python3.13 or python3.12)
+# Makes bench/compare/.venv (Python 3.12+: $PYTHON, else python3.13 or python3.12 on PATH or under pyenv)
 # with PgQueuer 1.6.x, procrastinate 3.10.x, asyncpg and uvloop from PyPI, then
 # runs compare.py there; leasejobs itself runs from the project's .venv
 # (make it first: make demo or make test). Options go to compare.py (--help).
@@ -13,7 +13,9 @@ venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ]; then
   python="${PYTHON:-}"
   if [ -z "$python" ]; then
-    for candidate in python3.13 python3.12 python3; do
+    # On PATH, then under pyenv (whose shims exist for versions not selected, so each must run).
+    root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
+    for candidate in python3.13 python3.12 python3 "$root"/versions/*/bin/python3.13 "$root"/versions/*/bin/python3.12; do
       if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import sys; sys.exit(sys.version_info < (3, 12))" 2>/dev/null; then
         python="$candidate"; break
       fi
