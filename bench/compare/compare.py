@@ -37,6 +37,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))  # the project: its stdlib-only helper below
+from leasejobs.bench.host import STEAL_SHOWN, cpu_ticks, steal_share  # noqa: E402
+
 VENV_BIN = Path(sys.executable).parent
 
 #: (label, processes, extra worker arguments): each peer's default, then its best.
@@ -456,6 +459,7 @@ def main() -> None:
     if not base:
         sys.exit("Set DATABASE_URL to a PostgreSQL database (leasejobs uses it; the peers get their own).")
     load = os.getloadavg()
+    run_ticks = cpu_ticks()
     if args.ab:
         ab = ab_defaults(args, base)
         if args.json_out:
@@ -471,9 +475,16 @@ def main() -> None:
         "workload": {"kind": work.kind, "seconds": work.seconds},
     }
 
+    steals: dict[tuple[str, str], float] = {}  # (queue, config): the most the host took in one run
+
     def measure(queue: str, config: str, what: str, fn: Callable[[], float]) -> None:
         print(f"... {queue}: {what}, {config}", file=sys.stderr, flush=True)
-        runs = [fn() for _ in range(args.repeat)]
+        runs = []
+        for _ in range(args.repeat):
+            ticks = cpu_ticks()
+            runs.append(fn())
+            if (stolen := steal_share(ticks, cpu_ticks())) is not None:
+                steals[(queue, config)] = max(stolen, steals.get((queue, config), 0.0))
         rows.append((what, queue, config, statistics.median(runs), runs))
 
     if "leasejobs" in only:
@@ -501,6 +512,8 @@ def main() -> None:
             config = f"concurrency {f['concurrency']}, {f['workers']} process(es), {f['log_level'].upper()}"
             rows.append(("processing", "leasejobs", config, f["median"], f["runs"]))
             ideals[("leasejobs", config)] = work.ideal(f["workers"], f["concurrency"])
+            if stolen := [x for x in f.get("steal", []) if x is not None]:
+                steals[("leasejobs", config)] = max(stolen)
         for r in lj.get("raw_sql", []):
             config = f"{r['batch']} per statement, {r['clients']} client(s)"
             rows.append(("processing", "raw SQL limit", config, r["median"], r["runs"]))
@@ -535,9 +548,10 @@ def main() -> None:
 
     results["latency"] = [{"queue": q, "config": c, **f} for q, c, f in latency]
     results["rows"] = [
-        {"what": w, "queue": q, "config": c, "median": m, "runs": r, "ideal": ideals.get((q, c))}
+        {"what": w, "queue": q, "config": c, "median": m, "runs": r, "ideal": ideals.get((q, c)),
+         "steal": steals.get((q, c))}
         for w, q, c, m, r in rows
-    ]
+    ]  # fmt: skip
     print(
         f"\n{args.jobs:,} {work.describe()} jobs per processing run, median of {args.repeat}, "
         f"load before {' '.join(f'{x:.2f}' for x in load)}\n"
@@ -550,6 +564,8 @@ def main() -> None:
             detail = f"  (runs: {', '.join(f'{x:,.0f}' for x in runs)})" if runs else ""
             if ideal := ideals.get((q, c)):
                 detail += f"  {median / ideal:.0%} of the ideal {ideal:,.0f}"
+            if what == "processing" and steals.get((q, c), 0.0) >= STEAL_SHOWN:
+                detail += f"  host steal up to {steals[(q, c)]:.0%} of the CPU in a run"
             print(f"  {q:<{width_q}}  {c:<{width_c}}  {median:>9,.0f} jobs/s{detail}")
         print()
     if latency:
@@ -560,6 +576,9 @@ def main() -> None:
                 f"  p99 {f['p99']:.1f}  max {f['max']:.1f} ms"
             )
         print()
+    results["steal"] = steal_share(run_ticks, cpu_ticks())
+    if results["steal"] is not None:
+        print(f"CPU time taken by the host (steal) during the whole run: {results['steal']:.1%}")
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2, default=str))
 

@@ -3,6 +3,8 @@
 import itertools
 from typing import Any
 
+from leasejobs.bench.host import STEAL_SHOWN
+
 
 def _n(value: float) -> str:
     return f"{value:,.0f}"
@@ -71,6 +73,9 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
             label += f", {f['other_queue_jobs']:,} queued in {'a paused' if paused else 'another'} queue"
         runs = ", ".join(_n(r) for r in f["runs"])
         value = f"{_n(f['median'])} jobs/s  (runs: {runs})"
+        stolen = [x for x in f.get("steal", []) if x is not None]
+        if stolen and max(stolen) >= STEAL_SHOWN:
+            value += f"  host steal up to {max(stolen):.0%} of the CPU in a run"
         if f.get("ideal"):
             label += f", {f['workload']} jobs"
             value += f"  {f['median'] / f['ideal']:.0%} of the ideal {_n(f['ideal'])}"
@@ -168,6 +173,8 @@ def render(results: dict[str, Any]) -> str:
         "",
     ]
     lines += [f"{label:<{width}}  {value}" for label, value in rows]
+    if m.get("steal") is not None:
+        lines += ["", f"CPU time taken by the host (steal) during the whole run: {m['steal']:.1%}"]
     if "table" in results:
         plan = results["table"]["claim_plan"]
         scans = [

@@ -20,6 +20,7 @@ from django.db import connections, transaction
 from leasejobs import conf, sql, store
 from leasejobs.bench import raw
 from leasejobs.bench.db import CLAIM_SESSION, connect, machine
+from leasejobs.bench.host import cpu_ticks, steal_share
 from leasejobs.bench.tasks import HISTORY_QUEUE, NOOP, OTHER_QUEUE, QUEUE, register_tasks
 from leasejobs.bench.workers import WorkerGroup
 from leasejobs.conf import db_alias
@@ -371,6 +372,7 @@ class Bench:
         args = _worker_args(concurrency, prefetch)
         self.clear()
         rss: list[tuple[int, float]] = []  # (jobs finished, largest worker RSS)
+        ticks = cpu_ticks()
         with self.workers(workers, args) as group:
             rss_idle = max(group.rss_mb(), default=0.0)
             before = self.table_stats()
@@ -388,6 +390,7 @@ class Bench:
                 time.sleep(0.05)
             bar.close()
             rss_end = max(group.rss_mb(), default=0.0)
+        stolen = steal_share(ticks, cpu_ticks())
         after = self.table_stats()
         row = self.conn.execute(
             """
@@ -408,6 +411,7 @@ class Bench:
             "seconds": seconds,
             "updates": updates,
             "hot_updates": hot,
+            "steal": stolen,
             "rss_mb": {
                 "idle": round(rss_idle, 1),
                 "at_25pct": round(settled[0], 1) if settled else None,
@@ -664,6 +668,7 @@ def run_all(
     ``step`` is told what starts next; ``warn`` what may spoil the figures.
     """
     workload = workload_of(options)
+    ticks = cpu_ticks()
     results: dict[str, Any] = {
         "machine": machine(),
         "settings": {
@@ -714,6 +719,7 @@ def run_all(
     if options["hot"]:
         step("HOT updates while only heartbeats write")
         results["heartbeat_hot"] = b.heartbeat_hot()
+    results["machine"]["steal"] = steal_share(ticks, cpu_ticks())
     return results
 
 
@@ -888,6 +894,7 @@ def _processing(
                         "workload": workload.kind,
                         "ideal": workload.ideal(workers, concurrency),
                         "runs": [round(r["jobs_per_s"]) for r in runs],
+                        "steal": [r["steal"] for r in runs],
                         "median": median_of(runs),
                         "updates": sum(r["updates"] for r in runs),
                         "hot_updates": sum(r["hot_updates"] for r in runs),
