@@ -186,8 +186,9 @@ class Command(BaseCommand):
             type=_log_levels,
             default=["info"],
             metavar="LEVEL[,LEVEL]",
-            help="The workers' log level: info (runworker's default, one line per claim and finish, "
-            "to a file) or warning (runworker -v 0); warning,info measures processing at both.",
+            help="The workers' log level: info (runworker's default: start, stop, retries, failures, "
+            "no line per successful job; to a file) or warning (runworker -v 0); warning,info "
+            "measures processing at both.",
         )
         parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
         parser.add_argument(
