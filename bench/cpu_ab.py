@@ -1,4 +1,6 @@
-"""CPU per job of two leasejobs trees, alternating: the steady A/B on a noisy machine (docs/performance.md).
+"""CPU per job of two leasejobs trees, alternating: the steady A/B on a noisy machine.
+
+Its figures: docs/performance-history.md.
 
     .venv/bin/python bench/cpu_ab.py --tree base=/path/to/old/checkout:lj_bench_base \\
         --tree main=.:lj_bench --jobs 40000 --rounds 3 --levels warning,info

@@ -275,7 +275,7 @@ def test_run_at_and_delay_schedule_the_job():
 
 # -- enqueue() on Django's connection: every statement through connection.cursor(), as the ORM's.
 # A psycopg cursor kept between calls was measured about a tenth faster
-# (docs/performance.md) and broke the guards below, so each enqueue opens one.
+# (docs/performance-history.md) and broke the guards below, so each enqueue opens one.
 
 
 def test_enqueue_goes_on_after_the_connection_is_closed_or_its_backend_killed():

@@ -6,7 +6,7 @@ dead entries until a VACUUM removes them. Autovacuum visits a table at most
 once a minute (``autovacuum_naptime``) and, for ``leasejobs_job``, with a
 cost delay: a backlog drained at tens of thousands of jobs a second piles up
 millions of dead versions between its visits, and the drain slows by a
-quarter (docs/performance.md). So the worker looks at the table's statistics
+quarter (docs/performance-history.md). So the worker looks at the table's statistics
 every second and, past ``LEASEJOBS["VACUUM_THRESHOLD"]`` plus
 ``VACUUM_SCALE_FACTOR`` times the live rows, runs ``VACUUM (SKIP_LOCKED,
 TRUNCATE false)``: one worker at a time (a worker that sees another's VACUUM
