@@ -62,7 +62,9 @@ def test_the_table_shows_every_figure_and_the_bench_leaves_no_job(bench_env):
     )
     assert re.search(r"of the bare INSERT, \d+% of it with a cursor per statement\)", output)
     assert "workers logging at WARNING" in output
-    assert re.search(r"CPU time taken by the host \(steal\) during the whole run: [\d.]+%", output)
+    assert re.search(
+        r"CPU time taken by the host \(steal\) during the whole run: [\d.]+% of all CPUs", output
+    )
     assert re.search(r"worker RSS, 1w c4 WARNING idle / 25% / end\s+[\d.]+ / ([\d.]+|-) / [\d.]+ MB", output)
     assert not Job.objects.exists()
     with connection.cursor() as cursor:  # the raw-SQL table is dropped after each use

@@ -565,7 +565,7 @@ def main() -> None:
             if ideal := ideals.get((q, c)):
                 detail += f"  {median / ideal:.0%} of the ideal {ideal:,.0f}"
             if what == "processing" and steals.get((q, c), 0.0) >= STEAL_SHOWN:
-                detail += f"  host steal up to {steals[(q, c)]:.0%} of the CPU in a run"
+                detail += f"  host steal up to {steals[(q, c)]:.0%} of all CPUs' time in a run"
             print(f"  {q:<{width_q}}  {c:<{width_c}}  {median:>9,.0f} jobs/s{detail}")
         print()
     if latency:
@@ -578,7 +578,10 @@ def main() -> None:
         print()
     results["steal"] = steal_share(run_ticks, cpu_ticks())
     if results["steal"] is not None:
-        print(f"CPU time taken by the host (steal) during the whole run: {results['steal']:.1%}")
+        print(
+            f"CPU time taken by the host (steal) during the whole run: {results['steal']:.1%} of all CPUs' "
+            "time (CPU only: it says nothing of the disk)"
+        )
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2, default=str))
 

@@ -1,6 +1,7 @@
 """The bench's results as the plain-text table ``leasejobs_bench`` prints."""
 
 import itertools
+import statistics
 from typing import Any
 
 from leasejobs.bench.host import STEAL_SHOWN
@@ -10,45 +11,49 @@ def _n(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def _ratio(enqueue: dict[str, Any], kind: str, of: str) -> float:
+    """``kind``'s jobs/s over ``of``'s: the median of each run's ratio where the runs are kept
+    (their kinds took turns, so each run's pair saw the same disk), else of the medians."""
+    runs = enqueue.get("single_runs")
+    if runs:
+        return float(statistics.median(run[kind] / run[of] for run in runs))
+    return float(enqueue[kind] / enqueue[of])
+
+
 def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     """Jobs/s of enqueue, processing and the raw-SQL limit, and the latency."""
     rows: list[tuple[str, str]] = []
     if "enqueue" in results:
         enqueue = results["enqueue"]
+
+        def share(kind: str, of: str = "bare_insert_django") -> str:
+            return f"{_ratio(enqueue, kind, of):.0%}"
+
         single = _n(enqueue["single"]) + " jobs/s"
         if "bare_insert_django" in enqueue:
-            single += f"  ({enqueue['single'] / enqueue['bare_insert_django']:.0%} of the bare INSERT"
+            single += f"  ({share('single')} of the bare INSERT"
             if "bare_insert_django_cursor_each" in enqueue:
-                single += f", {enqueue['single'] / enqueue['bare_insert_django_cursor_each']:.0%} of it"
+                single += f", {share('single', 'bare_insert_django_cursor_each')} of it"
                 single += " with a cursor per statement"
             single += ")"
         rows.append(("enqueue, single (task.enqueue, Django connection)", single))
         if "statement" in enqueue:
-            statement, bare = enqueue["statement"], enqueue.get("bare_insert_django")
-            text = _n(statement) + " jobs/s"
-            if bare:
-                text += f"  ({statement / bare:.0%} of the bare INSERT;"
-                text += f" enqueue() is {enqueue['single'] / statement:.0%} of it)"
-            rows.append(("enqueue's own INSERT sent bare (ENQUEUE_PLAIN, one cursor)", text))
-        if "bare_insert_django" in enqueue:
-            rows.append(
-                (
-                    "bare INSERT, one row per statement (same Django connection, one cursor)",
-                    _n(enqueue["bare_insert_django"]) + " jobs/s",
-                )
-            )
-        if "bare_insert_django_cursor_each" in enqueue:
-            rows.append(
-                (
-                    "bare INSERT, one row per statement (same Django connection, a cursor each)",
-                    _n(enqueue["bare_insert_django_cursor_each"]) + " jobs/s",
-                )
-            )
-        if "bare_insert_django_notify" in enqueue:
-            notify = enqueue["bare_insert_django_notify"]
-            text = _n(notify) + " jobs/s"
+            text = _n(enqueue["statement"]) + " jobs/s"
             if "bare_insert_django" in enqueue:
-                text += f"  ({notify / enqueue['bare_insert_django']:.0%} of the bare INSERT)"
+                text += f"  ({share('statement')} of the bare INSERT;"
+                text += f" enqueue() is {share('single', 'statement')} of it)"
+            rows.append(("enqueue's own INSERT sent bare (ENQUEUE_PLAIN, one cursor)", text))
+        for kind, label in (
+            ("bare_insert_django", "one cursor"),
+            ("bare_insert_django_cursor_each", "a cursor each"),
+        ):
+            if kind in enqueue:
+                label = f"bare INSERT, one row per statement (same Django connection, {label})"
+                rows.append((label, _n(enqueue[kind]) + " jobs/s"))
+        if "bare_insert_django_notify" in enqueue:
+            text = _n(enqueue["bare_insert_django_notify"]) + " jobs/s"
+            if "bare_insert_django" in enqueue:
+                text += f"  ({share('bare_insert_django_notify')} of the bare INSERT)"
             rows.append(("bare INSERT with enqueue's NOTIFY (same Django connection, one cursor)", text))
         rows.append(("enqueue, bulk (bulk_enqueue, 1,000 per call)", _n(enqueue["bulk"]) + " jobs/s"))
         if "bulk_ids" in enqueue:
@@ -75,7 +80,7 @@ def _throughput_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         value = f"{_n(f['median'])} jobs/s  (runs: {runs})"
         stolen = [x for x in f.get("steal", []) if x is not None]
         if stolen and max(stolen) >= STEAL_SHOWN:
-            value += f"  host steal up to {max(stolen):.0%} of the CPU in a run"
+            value += f"  host steal up to {max(stolen):.0%} of all CPUs' time in a run"
         if f.get("ideal"):
             label += f", {f['workload']} jobs"
             value += f"  {f['median'] / f['ideal']:.0%} of the ideal {_n(f['ideal'])}"
@@ -174,7 +179,11 @@ def render(results: dict[str, Any]) -> str:
     ]
     lines += [f"{label:<{width}}  {value}" for label, value in rows]
     if m.get("steal") is not None:
-        lines += ["", f"CPU time taken by the host (steal) during the whole run: {m['steal']:.1%}"]
+        lines += [
+            "",
+            f"CPU time taken by the host (steal) during the whole run: {m['steal']:.1%} of all CPUs' time "
+            "(CPU only: it says nothing of the disk)",
+        ]
     if "table" in results:
         plan = results["table"]["claim_plan"]
         scans = [

@@ -259,7 +259,9 @@ class Bench:
         without ``enqueue()``'s Python; and the bare one-row INSERT through
         the same Django connection on one cursor, with a cursor per statement
         (as ``enqueue()`` and Django's ORM run), and with ``enqueue()``'s
-        NOTIFY.
+        NOTIFY (on its channel, so that it costs what enqueue's does). "One
+        cursor" is one per block. ``jobs`` is rounded down to a whole number
+        of blocks, at least one.
         """
         noop = self.tasks["noop"]
         channel = conf.get("NOTIFY_CHANNEL")
@@ -291,6 +293,7 @@ class Bench:
             "bare_insert_django_notify": functools.partial(raw.insert_django, notify=(channel, noop.queue)),
         }
         seconds = dict.fromkeys(kinds, 0.0)
+        connections[db_alias()].ensure_connection()  # not inside the first block's time
         with raw.raw_table(self.conn):
             order = list(kinds)
             for turn in range(max(1, jobs // block)):
@@ -372,10 +375,10 @@ class Bench:
         args = _worker_args(concurrency, prefetch)
         self.clear()
         rss: list[tuple[int, float]] = []  # (jobs finished, largest worker RSS)
-        ticks = cpu_ticks()
         with self.workers(workers, args) as group:
             rss_idle = max(group.rss_mb(), default=0.0)
             before = self.table_stats()
+            ticks = cpu_ticks()  # from the jobs' commit to the last finish, as the figure
             self._commit_jobs(jobs, workload)
             row = self.conn.execute("SELECT min(id) FROM leasejobs_job WHERE queue = %s", [QUEUE]).fetchone()
             first_id = int(row[0]) if row and row[0] is not None else 0
@@ -388,9 +391,9 @@ class Bench:
                 rss.append((jobs - left, max(group.rss_mb(), default=0.0)))
                 bar.update(jobs - left)
                 time.sleep(0.05)
+            stolen = steal_share(ticks, cpu_ticks())
             bar.close()
             rss_end = max(group.rss_mb(), default=0.0)
-        stolen = steal_share(ticks, cpu_ticks())
         after = self.table_stats()
         row = self.conn.execute(
             """
@@ -733,6 +736,7 @@ def _enqueue_and_raw(
         singles = [b.enqueue_one_by_one(n) for _ in range(repeat)]
         results["enqueue"] = {
             **{kind: statistics.median(run[kind] for run in singles) for kind in singles[0]},
+            "single_runs": singles,  # each run's kinds took turns: their ratios pair up
             "bulk": statistics.median(b.enqueue_bulk(n) for _ in range(repeat)),
             "bulk_ids": statistics.median(b.enqueue_bulk(n, ids=True) for _ in range(repeat)),
         }

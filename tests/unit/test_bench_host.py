@@ -44,7 +44,7 @@ def test_the_table_shows_the_steal_of_the_run_and_beside_a_figure_that_lost_cpu(
         ],
     }  # fmt: skip
     table = render(results)
-    assert "CPU time taken by the host (steal) during the whole run: 3.1%" in table
+    assert "CPU time taken by the host (steal) during the whole run: 3.1% of all CPUs' time" in table
     one, two = (line for line in table.splitlines() if line.startswith("processing"))
     assert "steal" not in one
-    assert two.endswith("host steal up to 13% of the CPU in a run")
+    assert two.endswith("host steal up to 13% of all CPUs' time in a run")
