@@ -93,6 +93,31 @@ def with_link_checks(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+def application_name(purpose: str, worker_id: str) -> str:
+    """What a worker's connection is called in pg_stat_activity: its purpose and its worker."""
+    return f"leasejobs {purpose} {worker_id}"[:63]
+
+
+#: How many of the named connections are open and ready: a claim connection
+#: as soon as it is open, a listen connection once it has sent its LISTEN.
+_READY_SQL = (
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = ANY(%s)"
+    " AND (application_name LIKE 'leasejobs claim %%' OR query LIKE 'LISTEN%%')"
+)
+
+
+def workers_ready(cursor: Any, worker_ids: list[str]) -> bool:
+    """Whether every worker listens and has its claim connection open.
+
+    From then on an enqueue wakes it; a job enqueued before may wait for the
+    worker's next poll. ``cursor`` is a psycopg or a Django cursor.
+    """
+    names = [application_name(purpose, w) for w in worker_ids for purpose in ("listen", "claim")]
+    cursor.execute(_READY_SQL, [names])
+    row = cursor.fetchone()
+    return row is not None and row[0] == len(names)
+
+
 def database_url() -> str:
     """A ``postgres://`` URL of the queue's database, as it is now.
 
@@ -173,7 +198,7 @@ class WorkerConnection:
                 **params,
                 autocommit=True,
                 prepare_threshold=self._prepare_threshold(),
-                application_name=f"leasejobs {self.purpose} {self.worker_id}"[:63],
+                application_name=application_name(self.purpose, self.worker_id),
             )
         except CONNECTION_ERRORS as exc:
             if not self.pooled and "unsupported startup parameter" in str(exc):

@@ -9,10 +9,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection
 
-from demo_site.receipts import mailapi
+from demo_site.receipts import mailapi, story
 from demo_site.receipts.management.commands.demo import COLUMNS, Command, format_table
 from demo_site.receipts.models import BodyRun, Message
-from demo_site.receipts.story import SCENARIOS, Result
+from demo_site.receipts.story import FAST, SCENARIOS, Result, Story, StoryError
 from leasejobs.models import Job
 from tests.helpers import MANY_CONNECTIONS, ROOT, wait_until
 
@@ -93,6 +93,23 @@ def test_demo_tells_the_story_with_real_workers(tmp_path):
             return cursor.fetchone()[0]
 
     wait_until(lambda: workers_connected() == 0, timeout=10, what="the demo's workers to disconnect")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_cannot_start_is_reported_and_no_job_is_enqueued(monkeypatch, tmp_path):
+    class Unstartable(story.WorkerProcess):
+        def __init__(self, worker_id, args, log_path):
+            super().__init__(worker_id, [*args, "--no-such-option"], log_path)
+
+    monkeypatch.setattr(story, "WorkerProcess", Unstartable)
+    teller = Story(FAST, tmp_path, lambda scenario, snapshot: None)
+    teller.prepare()
+    try:
+        with pytest.raises(StoryError, match=r"worker demo-[ab] exited with 2; its log .* ends:"):
+            teller.run(SCENARIOS[0])
+    finally:
+        teller.stop_all()
+    assert not Job.objects.filter(queue=SCENARIOS[0].queue).exists()
 
 
 @pytest.mark.django_db

@@ -27,7 +27,7 @@ from django.db.models.functions import Now
 
 from demo_site.receipts.models import BodyRun, Message, Order
 from demo_site.receipts.tasks import send_receipt, send_receipt_naive
-from leasejobs.connection import database_url
+from leasejobs.connection import database_url, workers_ready
 from leasejobs.models import Job
 from leasejobs.registry import Task
 
@@ -231,16 +231,19 @@ class Story:
 
     def run(self, scenario: Scenario) -> Result:
         t = self.timings
-        order = Order.objects.create(customer_email="ada@example.com", item="A slow PDF", amount="12.00")
-        job = scenario.task.using(queue=scenario.queue).enqueue(order.id, slow_first_attempt=t.slow)
         self.scenario_workers = []
         try:
-            # Both start at once, so whichever claims first, the other is up
-            # well before the slow first attempt ends.
+            # The job goes in once both workers are up: whichever claims it,
+            # the other is there to take it over when its lease runs out (a
+            # worker still starting on a busy machine could miss that window,
+            # and the first would take its own job back).
             workers = {
                 w.worker_id: w for w in (self._start(scenario, "demo-a"), self._start(scenario, "demo-b"))
             }
+            self._wait_ready(scenario)
             self.note = "demo-a and demo-b started"
+            order = Order.objects.create(customer_email="ada@example.com", item="A slow PDF", amount="12.00")
+            job = scenario.task.using(queue=scenario.queue).enqueue(order.id, slow_first_attempt=t.slow)
             claimed = self._wait(
                 scenario,
                 job.id,
@@ -296,6 +299,24 @@ class Story:
         self.scenario_workers.append(worker)
         return worker
 
+    def _wait_ready(self, scenario: Scenario) -> None:
+        """Until this scenario's workers listen and have their claim connections open."""
+        ids = [w.worker_id for w in self.scenario_workers]
+
+        def ready() -> bool:
+            with connection.cursor() as cursor:
+                return workers_ready(cursor, ids)
+
+        timeout = 60.0
+        self._poll(
+            ready,
+            timeout,
+            lambda: (
+                f"scenario {scenario.number}: waited {timeout:.0f} s for "
+                f"{' and '.join(ids)} to start. Worker logs: {self.log_dir}"
+            ),
+        )
+
     def _wait(
         self,
         scenario: Scenario,
@@ -306,12 +327,28 @@ class Story:
     ) -> Snapshot:
         """Poll the job, reporting each snapshot, until ``done``; bounded by the story's timings."""
         timeout = self.timings.slow + 4 * self.timings.lease + 30
-        deadline = time.monotonic() + timeout
-        while True:
+        snapshot = self._snapshot(job_id, order_id)
+
+        def reached() -> bool:
+            nonlocal snapshot
             snapshot = self._snapshot(job_id, order_id)
             self.on_change(scenario, snapshot)
-            if done(snapshot):
-                return snapshot
+            return done(snapshot)
+
+        self._poll(
+            reached,
+            timeout,
+            lambda: (
+                f"scenario {scenario.number}: waited {timeout:.0f} s for {what}; "
+                f"the job is {snapshot.status} at attempt {snapshot.attempt}. Worker logs: {self.log_dir}"
+            ),
+        )
+        return snapshot
+
+    def _poll(self, reached: Callable[[], bool], timeout: float, timed_out: Callable[[], str]) -> None:
+        """Until ``reached()``, every POLL_SECONDS; a worker that exits or the timeout ends it."""
+        deadline = time.monotonic() + timeout
+        while not reached():
             for worker in self.scenario_workers:
                 if not worker.alive():
                     raise StoryError(
@@ -319,10 +356,7 @@ class Story:
                         f"its log ({worker.log_path}) ends:\n{_tail(worker.log())}"
                     )
             if time.monotonic() > deadline:
-                raise StoryError(
-                    f"scenario {scenario.number}: waited {timeout:.0f} s for {what}; "
-                    f"the job is {snapshot.status} at attempt {snapshot.attempt}. Worker logs: {self.log_dir}"
-                )
+                raise StoryError(timed_out())
             time.sleep(POLL_SECONDS)
 
     def _snapshot(self, job_id: int, order_id: int) -> Snapshot:

@@ -14,6 +14,7 @@ import psycopg
 from django.conf import settings
 
 from leasejobs.bench.tasks import QUEUE
+from leasejobs.connection import workers_ready
 
 
 def _project_path() -> str:
@@ -77,17 +78,12 @@ class WorkerGroup:
 
     def wait_ready(self, conn: psycopg.Connection[Any], timeout: float = 60) -> None:
         """Until every worker listens and has its claim connection open."""
-        names = [f"leasejobs {purpose} {w}"[:63] for w in self.ids for purpose in ("listen", "claim")]
         deadline = time.monotonic() + timeout
         while True:
             self.check_alive()
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = ANY(%s)"
-                " AND (application_name LIKE 'leasejobs claim %%' OR query LIKE 'LISTEN%%')",
-                [names],
-            ).fetchone()
-            if row and row[0] == len(names):
-                return
+            with conn.cursor() as cursor:
+                if workers_ready(cursor, self.ids):
+                    return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"bench workers not ready after {timeout:.0f} s: {self.log_tail()}")
             time.sleep(0.05)
