@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from json.scanner import make_scanner
 from typing import Any
 from urllib.parse import quote
@@ -98,24 +99,32 @@ def application_name(purpose: str, worker_id: str) -> str:
     return f"leasejobs {purpose} {worker_id}"[:63]
 
 
-#: How many of the named connections are open and ready: a claim connection
-#: as soon as it is open, a listen connection once it has sent its LISTEN.
+#: Which of the named connections are open and ready: a claim connection in
+#: this database as soon as it is open, a listen connection (which LISTEN_URL
+#: may put in another database) once it has sent its LISTEN; each opened at
+#: or after the given time, so that one left by an earlier worker of the same
+#: id does not count.
 _READY_SQL = (
-    "SELECT count(*) FROM pg_stat_activity WHERE application_name = ANY(%s)"
-    " AND (application_name LIKE 'leasejobs claim %%' OR query LIKE 'LISTEN%%')"
+    "SELECT DISTINCT application_name FROM pg_stat_activity"
+    " WHERE application_name = ANY(%s) AND backend_start >= %s"
+    " AND (application_name LIKE 'leasejobs claim %%' AND datname = current_database()"
+    " OR application_name LIKE 'leasejobs listen %%' AND query LIKE 'LISTEN%%')"
 )
 
 
-def workers_ready(cursor: Any, worker_ids: list[str]) -> bool:
-    """Whether every worker listens and has its claim connection open.
+def missing_connections(cursor: Any, worker_ids: list[str], since: datetime) -> list[str]:
+    """The workers' connections not yet ready (none once every worker could take a job).
 
-    From then on an enqueue wakes it; a job enqueued before may wait for the
-    worker's next poll. ``cursor`` is a psycopg or a Django cursor.
+    A worker opens its claim connection when its claim loop starts, after
+    its other threads; from then on it finds a job at its next poll, and
+    once it listens an enqueue's NOTIFY wakes it at once. ``since`` is a
+    time on the database's clock taken before the workers started;
+    ``cursor`` is a psycopg or a Django cursor.
     """
     names = [application_name(purpose, w) for w in worker_ids for purpose in ("listen", "claim")]
-    cursor.execute(_READY_SQL, [names])
-    row = cursor.fetchone()
-    return row is not None and row[0] == len(names)
+    cursor.execute(_READY_SQL, [names, since])
+    ready = {row[0] for row in cursor.fetchall()}
+    return [name for name in names if name not in ready]
 
 
 def database_url() -> str:

@@ -50,12 +50,14 @@ def test_demo_tells_the_story_with_real_workers(tmp_path):
     assert table(output) == EXPECTED, output
 
     jobs = {j.queue: j for j in Job.objects.filter(queue__startswith="demo-")}
+    # On a failure, the workers' own accounts of what they claimed and when.
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(tmp_path.glob("scenario-*.log")))
     assert {q: (j.status, len(j.worker_ids), len(set(j.worker_ids))) for q, j in jobs.items()} == {
         "demo-1": ("done", 2, 2),
         "demo-2": ("done", 2, 2),
         "demo-3": ("done", 1, 1),
         "demo-4": ("done", 2, 2),
-    }
+    }, logs
     # Who did what: the first worker got the slow (or paused) attempt, the other took over.
     outcomes = {
         q: list(BodyRun.objects.filter(job_id=j.id).order_by("attempt").values_list("worker_id", "outcome"))
@@ -105,10 +107,11 @@ def test_a_worker_that_cannot_start_is_reported_and_no_job_is_enqueued(monkeypat
     teller = Story(FAST, tmp_path, lambda scenario, snapshot: None)
     teller.prepare()
     try:
-        with pytest.raises(StoryError, match=r"worker demo-[ab] exited with 2; its log .* ends:"):
+        with pytest.raises(StoryError, match=r"worker demo-[ab] exited with \d+; its log .* ends:") as error:
             teller.run(SCENARIOS[0])
     finally:
         teller.stop_all()
+    assert "unrecognized arguments: --no-such-option" in str(error.value)
     assert not Job.objects.filter(queue=SCENARIOS[0].queue).exists()
 
 

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -27,7 +28,7 @@ from django.db.models.functions import Now
 
 from demo_site.receipts.models import BodyRun, Message, Order
 from demo_site.receipts.tasks import send_receipt, send_receipt_naive
-from leasejobs.connection import database_url, workers_ready
+from leasejobs.connection import database_url, missing_connections
 from leasejobs.models import Job
 from leasejobs.registry import Task
 
@@ -237,10 +238,13 @@ class Story:
             # the other is there to take it over when its lease runs out (a
             # worker still starting on a busy machine could miss that window,
             # and the first would take its own job back).
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT statement_timestamp()")
+                (since,) = cursor.fetchone()
             workers = {
                 w.worker_id: w for w in (self._start(scenario, "demo-a"), self._start(scenario, "demo-b"))
             }
-            self._wait_ready(scenario)
+            self._wait_ready(scenario, since)
             self.note = "demo-a and demo-b started"
             order = Order.objects.create(customer_email="ada@example.com", item="A slow PDF", amount="12.00")
             job = scenario.task.using(queue=scenario.queue).enqueue(order.id, slow_first_attempt=t.slow)
@@ -299,21 +303,24 @@ class Story:
         self.scenario_workers.append(worker)
         return worker
 
-    def _wait_ready(self, scenario: Scenario) -> None:
+    def _wait_ready(self, scenario: Scenario, since: datetime) -> None:
         """Until this scenario's workers listen and have their claim connections open."""
         ids = [w.worker_id for w in self.scenario_workers]
+        missing = []
 
         def ready() -> bool:
+            nonlocal missing
             with connection.cursor() as cursor:
-                return workers_ready(cursor, ids)
+                missing = missing_connections(cursor, ids, since)
+            return not missing
 
         timeout = 60.0
         self._poll(
             ready,
             timeout,
             lambda: (
-                f"scenario {scenario.number}: waited {timeout:.0f} s for "
-                f"{' and '.join(ids)} to start. Worker logs: {self.log_dir}"
+                f"scenario {scenario.number}: waited {timeout:.0f} s for {' and '.join(ids)} to start; "
+                f"not yet connected: {', '.join(missing)}. Worker logs: {self.log_dir}"
             ),
         )
 

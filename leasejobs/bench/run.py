@@ -331,8 +331,10 @@ class Bench:
             queue=None if self.all_queues else QUEUE,
         )
         try:
+            since = self.conn.execute("SELECT statement_timestamp()").fetchone()
+            assert since is not None
             group.start()
-            group.wait_ready(self.conn)
+            group.wait_ready(self.conn, since[0])
             yield group
             group.stop()
         finally:

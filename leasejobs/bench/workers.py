@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import psycopg
 from django.conf import settings
 
 from leasejobs.bench.tasks import QUEUE
-from leasejobs.connection import workers_ready
+from leasejobs.connection import missing_connections
 
 
 def _project_path() -> str:
@@ -76,16 +77,20 @@ class WorkerGroup:
                 )
             self.ids.append(worker_id)
 
-    def wait_ready(self, conn: psycopg.Connection[Any], timeout: float = 60) -> None:
-        """Until every worker listens and has its claim connection open."""
+    def wait_ready(self, conn: psycopg.Connection[Any], since: datetime, timeout: float = 60) -> None:
+        """Until every worker listens and has its claim connection open (opened after ``since``)."""
         deadline = time.monotonic() + timeout
         while True:
             self.check_alive()
             with conn.cursor() as cursor:
-                if workers_ready(cursor, self.ids):
-                    return
+                missing = missing_connections(cursor, self.ids, since)
+            if not missing:
+                return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"bench workers not ready after {timeout:.0f} s: {self.log_tail()}")
+                raise RuntimeError(
+                    f"bench workers not ready after {timeout:.0f} s (not yet connected: "
+                    f"{', '.join(missing)}): {self.log_tail()}"
+                )
             time.sleep(0.05)
 
     def check_alive(self) -> None:
