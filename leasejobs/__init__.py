@@ -2,14 +2,15 @@
 fencing tokens and idempotent side effects.
 
 ``from leasejobs import task, periodic, LeaseLost, Snooze, Discard,
-RetryPolicy, current_job``. The names that need models are loaded on first
-use, so importing the package (as Django does for INSTALLED_APPS, before
-models are ready) has no side effects.
+RetryPolicy, current_job``; for durable steps ``send_event`` and
+``WaitTimeout``. The names that need models are loaded on first use, so
+importing the package (as Django does for INSTALLED_APPS, before models are
+ready) has no side effects.
 """
 
 from typing import Any
 
-from leasejobs.exceptions import Discard, LeaseLost, Snooze
+from leasejobs.exceptions import Discard, LeaseLost, Snooze, WaitTimeout
 
 __all__ = [
     "Discard",
@@ -18,23 +19,32 @@ __all__ = [
     "RetryPolicy",
     "Snooze",
     "Task",
+    "WaitTimeout",
+    "Workflow",
+    "cancel_workflow",
     "current_job",
     "pause_queue",
     "periodic",
     "resume_queue",
+    "send_event",
     "set_limits",
     "task",
+    "workflow",
 ]
 
 _LAZY = {
-    "task": "leasejobs.registry",
-    "Task": "leasejobs.registry",
-    "current_job": "leasejobs.context",
-    "JobContext": "leasejobs.context",
-    "pause_queue": "leasejobs.controls",
-    "resume_queue": "leasejobs.controls",
-    "set_limits": "leasejobs.controls",
-    "RetryPolicy": "leasejobs.retry",
+    "task": "leasejobs.jobs.registry",
+    "Task": "leasejobs.jobs.registry",
+    "current_job": "leasejobs.jobs.context",
+    "JobContext": "leasejobs.jobs.context",
+    "pause_queue": "leasejobs.queues.controls",
+    "resume_queue": "leasejobs.queues.controls",
+    "set_limits": "leasejobs.queues.controls",
+    "RetryPolicy": "leasejobs.jobs.retry",
+    "workflow": "leasejobs.operations.workflows",
+    "Workflow": "leasejobs.operations.workflows",
+    "cancel_workflow": "leasejobs.operations.workflows",
+    "send_event": "leasejobs.jobs.steps",
 }
 
 

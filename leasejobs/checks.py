@@ -11,8 +11,12 @@ from typing import Any
 import psycopg
 from django.core import checks
 from django.core.checks import Error, Tags, register
+from django.db import connections
+from django.utils.connection import ConnectionDoesNotExist
 
-from leasejobs import autovacuum, conf, controls
+from leasejobs import conf
+from leasejobs.operations import autovacuum
+from leasejobs.queues import controls
 
 
 @register()
@@ -27,6 +31,45 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             id="leasejobs.E002",
         )
     ]
+
+
+@register()
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The queue's database must be PostgreSQL: said by plain ``manage.py check``, before ``migrate``.
+
+    A new project's default SQLite otherwise gets as far as ``migrate``,
+    which fails on leasejobs' first PostgreSQL statement (``near "SET":
+    syntax error``). Reads the configured backend; connects to nothing.
+    """
+    alias = conf.db_alias()
+    try:
+        connection = connections[alias]
+    except ConnectionDoesNotExist:
+        return [
+            Error(
+                f"LEASEJOBS['DATABASE'] is {alias!r}, which is not in DATABASES: add that alias to "
+                "DATABASES or set LEASEJOBS['DATABASE'] to one that is there.",
+                id="leasejobs.E005",
+            )
+        ]
+    if connection.vendor == "postgresql":
+        return []
+    engine = connection.settings_dict.get("ENGINE") or "no ENGINE"
+    return [
+        Error(
+            f"leasejobs needs PostgreSQL, but DATABASES[{alias!r}] uses {engine}: set its ENGINE to "
+            "'django.db.backends.postgresql' and point it at a PostgreSQL database.",
+            hint="For example: DATABASES = {'default': {'ENGINE': 'django.db.backends.postgresql', "
+            "'NAME': 'mysite', 'USER': 'postgres', 'HOST': 'localhost', 'PORT': 5432}}.",
+            id="leasejobs.E005",
+        )
+    ]
+
+
+def _on_postgresql() -> bool:
+    """Whether the queue's alias is a PostgreSQL database (``check_database`` says so when not)."""
+    alias = conf.db_alias()
+    return alias in connections.settings and connections[alias].vendor == "postgresql"
 
 
 @register()
@@ -62,11 +105,11 @@ def check_pooler(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
     to find out whether the queue's database is pooled. ``runworker``
     refuses to start on the same findings.
     """
-    from leasejobs import pooling
     from leasejobs.conf import db_alias
-    from leasejobs.connection import connection_params
+    from leasejobs.db import pooling
+    from leasejobs.db.connection import connection_params
 
-    if databases is None or db_alias() not in databases:
+    if databases is None or db_alias() not in databases or not _on_postgresql():
         return []
     try:
         pooled = pooling.detect(connection_params())
@@ -83,9 +126,9 @@ def check_autovacuum(app_configs: Any = None, databases: Any = None, **kwargs: A
     logs the same sentence at start.
     """
     from leasejobs.conf import db_alias
-    from leasejobs.connection import connection_params
+    from leasejobs.db.connection import connection_params
 
-    if databases is None or db_alias() not in databases:
+    if databases is None or db_alias() not in databases or not _on_postgresql():
         return []
     try:
         with psycopg.connect(**connection_params()) as conn:

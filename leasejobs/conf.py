@@ -15,7 +15,7 @@ DEFAULTS: dict[str, Any] = {
     # Claims a job may have before a failure (or an expired lease) is final.
     "MAX_ATTEMPTS": 5,
     # Retry delay: RETRY_BACKOFF_SECONDS * 2**(attempt-1), jittered, capped
-    # (the defaults of a task's RetryPolicy; see leasejobs.retry).
+    # (the defaults of a task's RetryPolicy; see leasejobs.jobs.retry).
     "RETRY_BACKOFF_SECONDS": 2.0,
     "RETRY_BACKOFF_MAX_SECONDS": 3600.0,
     # How many times a job may ``raise Snooze(...)``; the snooze after that
@@ -30,11 +30,23 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL_SECONDS": 1.0,
     # The LISTEN/NOTIFY channel that wakes workers on enqueue.
     "NOTIFY_CHANNEL": "leasejobs",
-    # Most jobs a worker claims ahead of its free runner slots (runworker
-    # --prefetch). The worker shrinks it as jobs get slower, so that a
-    # buffered job starts within 0.1 s (and a tenth of its lease): 1000 only
-    # for jobs of 0.4 ms or less at concurrency 4. 0 claims free slots only.
+    # Most jobs a worker's children hold ahead of the ones they run (runworker
+    # --prefetch). The worker shrinks it as jobs get slower, so that a job
+    # given to a child starts within 20 ms (and a tenth of its lease): jobs
+    # of a few tens of microseconds only reach it. 0: each child holds the
+    # job it runs and no other.
     "PREFETCH": 1000,
+    # Most bytes a worker holds at once of claimed jobs' arguments (waiting
+    # or running) and of results and errors waiting to be written: with
+    # large ones it claims fewer jobs ahead, so that a worker's memory
+    # follows its settings, not its jobs (the first job of a claim is always
+    # taken).
+    "PREFETCH_BYTES": 16 * 1024 * 1024,
+    # A body past its task's timeout_seconds (or whose worker stops) is
+    # interrupted (BodyStopped is raised in it), and its process is killed if
+    # it has not ended this many seconds later; only then is the attempt's
+    # end written, and its place under a limit freed.
+    "STOP_GRACE_SECONDS": 5.0,
     # Default limits per queue, across all workers (docs/queue-controls.md):
     # {"pdf": {"concurrency": 2}, "email": {"rate": "100/m"}}. Limits changed
     # at run time (admin, leasejobs.set_limits) win over these.
@@ -45,6 +57,9 @@ DEFAULTS: dict[str, Any] = {
     # OpenTelemetry spans for enqueue and attempts: None (on when
     # opentelemetry-api is installed and a tracer provider is set), or False.
     "OPENTELEMETRY": None,
+    # While it works, a worker logs what it did (done=N failed=N ...) at INFO
+    # this often.
+    "SUMMARY_SECONDS": 60.0,
     # The worker's log lines: "text" or "json" (runworker --log-format).
     "LOG_FORMAT": "text",
     # Periodic schedules of tasks declared elsewhere (see leasejobs.periodic):

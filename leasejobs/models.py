@@ -1,7 +1,7 @@
 """The queue's tables: one row per job, one row per recorded side effect.
 
 The worker never reads or writes these through the ORM (its statements are
-in ``leasejobs.sql``); the models exist for migrations, the admin and the
+in ``leasejobs.db.sql``); the models exist for migrations, the admin and the
 users' own queries.
 
 Schema choices that matter for a hot queue table:
@@ -14,7 +14,7 @@ Schema choices that matter for a hot queue table:
 """
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q
 
 
 class Job(models.Model):
@@ -78,6 +78,13 @@ class Job(models.Model):
     retry_policy = models.JSONField(
         null=True, blank=True, help_text="A retry policy given with .using(retry=...); else the task's."
     )
+    #: The workflow this job is a node of (``leasejobs.workflow``), or None.
+    workflow_id = models.BigIntegerField(null=True, blank=True)
+    #: Parents not yet settled: the job is never due (``run_at`` in year 9999)
+    #: until the finish of its last parent brings this to 0.
+    pending_parents = models.IntegerField(
+        default=0, db_default=0, help_text="Parents in its workflow not yet done."
+    )
 
     class Meta:
         db_table = "leasejobs_job"
@@ -93,6 +100,13 @@ class Job(models.Model):
                 fields=["finished_at"],
                 name="leasejobs_job_finished",
                 condition=Q(status__in=["done", "failed", "cancelled"]),
+            ),
+            # A workflow's jobs; plain jobs (NULL) are not in it, so their
+            # updates write nothing to it.
+            models.Index(
+                fields=["workflow_id"],
+                name="leasejobs_job_workflow",
+                condition=Q(workflow_id__isnull=False),
             ),
         ]
         constraints = [
@@ -137,6 +151,67 @@ class SideEffect(models.Model):
         return f"{self.key} (token {self.fencing_token})"
 
 
+class Step(models.Model):
+    """One durable step of a job (``ctx.step``, ``ctx.sleep``, ``ctx.wait_for``): the
+    memory that lets a later attempt pass what an earlier one completed.
+
+    Written only in a fenced transaction of the attempt that holds the job
+    (``attempt`` is that attempt). ``kind``: ``step`` (``result`` is the
+    function's JSON result), ``sleep`` (``wake_at`` is when it ends) or
+    ``wait`` (for ``event_key``; ``done`` once the event was received, its
+    ``event_id`` and payload in ``result``, or once it timed out at
+    ``wake_at`` with no event). Deleted with the job (``ON DELETE CASCADE``,
+    added by the migration, so raw deletes such as pruning take them too).
+    """
+
+    pk = models.CompositePrimaryKey("job_id", "name")
+    job = models.ForeignKey(
+        Job, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="steps"
+    )
+    name = models.CharField(max_length=255)
+    kind = models.CharField(max_length=8)
+    attempt = models.IntegerField(help_text="The attempt that wrote it.")
+    result = models.JSONField(null=True, blank=True)
+    event_key = models.CharField(max_length=255, null=True, blank=True)
+    event_id = models.BigIntegerField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True)
+    done = models.BooleanField(default=True)
+    created_at = models.DateTimeField()
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "leasejobs_step"
+        indexes = [
+            # The jobs waiting for a key: what send_event wakes.
+            models.Index(
+                fields=["event_key"], name="leasejobs_step_waiting", condition=Q(kind="wait", done=False)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} of job {self.job_id}"
+
+
+class Event(models.Model):
+    """An event sent by ``leasejobs.send_event``: a keyed fact, one row per key.
+
+    Inserted in the sender's transaction; every job that waits for the key
+    (``ctx.wait_for``), before or after it was sent, receives it. Pruned by
+    ``leasejobs_prune`` once older than its cutoff.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    key = models.CharField(max_length=255, unique=True)
+    payload = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "leasejobs_event"
+
+    def __str__(self) -> str:
+        return self.key
+
+
 class JobOverview(Job):
     """No data of its own: gives the admin's overview page its entry on the admin index.
 
@@ -154,7 +229,7 @@ class JobOverview(Job):
 
 
 class LiveWorker(models.Model):
-    """One row per running worker, refreshed by its heartbeat thread (see ``leasejobs.liveness``).
+    """One row per running worker, refreshed by its heartbeat thread (see ``leasejobs.db.sql.workers``).
 
     Read by ``manage.py leasejobs_health --worker`` and the live-worker
     gauges; written only by workers, with raw SQL.
@@ -262,6 +337,20 @@ class Queue(models.Model):
         return self.name
 
 
+def held_until_or_never() -> Func:
+    """``COALESCE(held_until, '-infinity')``: a place's expiry, a never-held place first.
+
+    A place is free when this is before ``now()``: one range of an index on
+    it, which ``NULL OR < now()`` is not. ``CLAIM_LIMITED`` writes the same
+    expression, so that PostgreSQL matches it to the index.
+    """
+    return Func(
+        F("held_until"),
+        template="COALESCE(%(expressions)s, '-infinity'::timestamptz)",
+        output_field=models.DateTimeField(),
+    )
+
+
 class Slot(models.Model):
     """One numbered place under a limit: a queue's concurrency, its rate, or a key's concurrency.
 
@@ -292,7 +381,54 @@ class Slot(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["kind", "name", "n"], name="leasejobs_slot_place"),
         ]
-        indexes = [models.Index(fields=["job_id", "attempt"], name="leasejobs_slot_holder")]
+        indexes = [
+            models.Index(fields=["job_id", "attempt"], name="leasejobs_slot_holder"),
+            # The free places of a limit first: a claim reads the few it
+            # needs without walking the held ones (issue 28: a 100000/d
+            # rate made each claim read and lock every free place).
+            models.Index(F("kind"), F("name"), held_until_or_never(), name="leasejobs_slot_free"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name} #{self.n}"
+
+
+class Workflow(models.Model):
+    """A graph of jobs made by one ``with leasejobs.workflow(name) as wf:`` block."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "leasejobs_workflow"
+
+    def __str__(self) -> str:
+        return f"{self.name}#{self.id}"
+
+
+class WorkflowEdge(models.Model):
+    """``child`` runs after ``parent``: one row per edge of a workflow.
+
+    ``resolved`` turns true, once, in the transaction that settles the edge
+    (the parent's fenced finish, or the cascade of a failure): that flag is
+    what keeps a parent retried later from counting twice against its child.
+    ``run_on_failure``: the child's ``on_parent_failure="run"``. No foreign
+    keys: pruning deletes finished jobs without touching this table.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    parent_id = models.BigIntegerField()
+    child_id = models.BigIntegerField()
+    run_on_failure = models.BooleanField(default=False)
+    resolved = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "leasejobs_workflowedge"
+        constraints = [
+            models.UniqueConstraint(fields=["child_id", "parent_id"], name="leasejobs_edge_child_parent"),
+        ]
+        indexes = [models.Index(fields=["parent_id"], name="leasejobs_edge_parent")]
+
+    def __str__(self) -> str:
+        return f"{self.parent_id} -> {self.child_id}"

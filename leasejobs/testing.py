@@ -18,12 +18,9 @@ pytest, the ``job_queue`` fixture (from the plugin in
 test database enabled.
 """
 
-import asyncio
-import contextlib
-import inspect
 import json
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,14 +28,11 @@ from django.db import connections, transaction
 from django.db.models.functions import Now
 from psycopg.pq import TransactionStatus
 
-from leasejobs import conf, registry, sql
+from leasejobs import conf
 from leasejobs.conf import db_alias
-from leasejobs.context import JobContext, activate, deactivate
-from leasejobs.exceptions import LeaseLost
-from leasejobs.limits import encode_json
-from leasejobs.models import Job
-from leasejobs.retry import policy_for
-from leasejobs.store import (
+from leasejobs.db import facade
+from leasejobs.db.rows import effective_lease, encode_json
+from leasejobs.db.store import (
     LIMITED_SCAN_FACTOR,
     LIMITED_SCAN_MIN,
     Attempt,
@@ -49,9 +43,9 @@ from leasejobs.store import (
     finish_params,
     run_delta,
 )
-from leasejobs.validators import effective_lease
-from leasejobs.worker import outcomes
-from leasejobs.worker.held import HeldJob
+from leasejobs.jobs import registry
+from leasejobs.models import Job
+from leasejobs.worker import body, outcomes
 
 logger = logging.getLogger("leasejobs.testing")
 
@@ -223,130 +217,67 @@ def _claim(queues: list[str] | None, limit: int, job_id: int | None = None) -> l
         worker_id=WORKER_ID,
         job_id=job_id,
     )
-    with connections[db_alias()].cursor() as cursor, _without_jit(cursor):
-        cursor.execute(sql.CLAIM, params)
-        rows = [ClaimedRow._make(row) for row in cursor.fetchall()]
-        if job_id is None and len(rows) < limit:
-            limited = {
-                **params,
-                "limit": limit - len(rows),
-                "scan": max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN),
-            }
-            cursor.execute(sql.CLAIM_LIMITED, limited)
-            rows += [ClaimedRow._make(row) for row in cursor.fetchall()]
-        return rows
+
+    def limited(claimed: int) -> dict[str, Any] | None:
+        if job_id is not None or claimed >= limit:
+            return None
+        return {
+            **params,
+            "limit": limit - claimed,
+            "scan": max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN),
+        }
+
+    return [ClaimedRow._make(row) for row in facade.testing_claim(params, limited)]
 
 
-@contextlib.contextmanager
-def _without_jit(cursor: Any) -> Iterator[None]:
-    """The claims with JIT off, as on the worker's claim connection.
-
-    On Django's connection JIT is on, and the claim's estimate (its skip scan
-    of priorities is priced at about a hundred of them) passes JIT's
-    threshold once a few thousand jobs are queued: compiling took longer
-    than the claim (1.3 s for 200,000 jobs). Inside the caller's transaction
-    the setting ends with it; in autocommit it is put back at once.
-    """
-    if connections[db_alias()].in_atomic_block:
-        cursor.execute("SELECT set_config('jit', 'off', true)")
-        yield
-        return
-    cursor.execute("SELECT current_setting('jit'), set_config('jit', 'off', false)")
-    previous = cursor.fetchone()[0]
-    try:
-        yield
-    finally:
-        cursor.execute("SELECT set_config('jit', %s, false)", [previous])
-
-
-def _finish(job: HeldJob, outcome: Outcome) -> str | None:
+def _finish(key: Attempt, outcome: Outcome, *, started: bool, places: int) -> str | None:
     """The worker's finish statement for one outcome, on Django's connection: the status
     written (a pending cancel turns a retry into ``cancelled``), or None if stale."""
-    delta = run_delta(started=True, counted=job.counted, snoozed=outcome.snoozed)
-    with connections[db_alias()].cursor() as cursor:
-        cursor.execute(
-            sql.FINISH, finish_params([(job.key, outcome, delta)], WORKER_ID, slotted=bool(job.slots))
-        )
-        rows = [FinishRow._make(row) for row in cursor.fetchall()]
+    delta = run_delta(started=started, counted=True, snoozed=outcome.gives_back_run)
+    params = finish_params([(key, outcome, delta)], WORKER_ID, slotted=bool(places))
+    rows = [FinishRow._make(row) for row in facade.testing_finish(params)]
     return next((row.status for row in rows if row.written), None)
 
 
-def _loaded(value: Any) -> Any:
-    """A JSON column as the worker gets it (Django's connection may hand back text)."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _call(task: Any, ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """The body, with its context active, as a runner calls it (async bodies too)."""
-    token = activate(ctx)
-    try:
-        result = task.func(*([ctx, *args] if task.takes_context else args), **kwargs)
-        if inspect.iscoroutine(result):
-            result = asyncio.run(result)
-    finally:
-        deactivate(token)
-    return result
-
-
-def _held_job(row: ClaimedRow) -> HeldJob:
-    """The claimed row as the worker holds it (so the worker's own outcome rules apply)."""
-    task = registry.get(row.task_name)
-    lease = effective_lease(task.lease_seconds if task else None, float(conf.get("LEASE_SECONDS")))
-    return HeldJob(
-        key=Attempt(row.id, row.attempt),
-        task_name=row.task_name,
-        queue=row.queue,
-        args=_loaded(row.args),
-        kwargs=_loaded(row.kwargs),
-        task=task,
-        max_attempts=row.max_attempts,
-        runs=row.runs,
-        counted=row.counted,
-        taken_over=row.taken_over,
-        lease_seconds=lease,
-        slots=row.slots,
-        snoozes=row.snoozes,
-        retry_policy=policy_for(task.retry if task else None, _loaded(row.retry_policy)),
-        started=True,
-        ctx=JobContext(
-            job_id=row.id,
-            attempt=row.attempt,
-            worker_id=WORKER_ID,
-            task_name=row.task_name,
-            queue=row.queue,
-            runs=row.runs,
-            lease_seconds=lease,
-        ),
-    )
-
-
 def _run(row: ClaimedRow) -> RanJob:
-    """Run one claimed job's body and write its outcome, as a worker's runner does."""
+    """Run one claimed job's body and write its outcome, as a worker's child does
+    (through the same ``leasejobs.worker.body.run``)."""
     if row.ended is not None:
         return RanJob(row.id, row.task_name, row.attempt, row.ended, error=row.last_error)
-    job = _held_job(row)
-    raised: Exception | None = None
-    savepoint = _SAVEPOINT() if connections[db_alias()].in_atomic_block else None
+    key = Attempt(row.id, row.attempt)
+    task = registry.get(row.task_name)
+    lease = effective_lease(task.lease_seconds if task else None, float(conf.get("LEASE_SECONDS")))
+    raised: BaseException | None = None
     try:
-        if job.task is None:
-            raise LookupError(f"unknown task {job.task_name!r}: no @task of that name is imported")
-        result = _call(job.task, job.ctx, job.args, job.kwargs)
-    except LeaseLost as exc:
-        _end_savepoint(savepoint)
-        return RanJob(row.id, row.task_name, row.attempt, "lost", error=str(exc), exception=exc)
-    except Exception as exc:  # what a worker catches; pytest's own exceptions pass through
-        raised = exc
-        outcome = outcomes.failure(job, exc, WORKER_ID)
+        ready = body.prepare(
+            row,
+            row.args or "null",
+            row.kwargs or "null",
+            worker_id=WORKER_ID,
+            lease_seconds=lease,
+            places=row.slots,
+        )
+    except ValueError as exc:
+        outcome = outcomes.refusal(str(exc))
+        started = False
     else:
-        outcome = outcomes.success(job, result)
-    _end_savepoint(savepoint)
-    written = _finish(job, outcome)
+        savepoint = _SAVEPOINT() if connections[db_alias()].in_atomic_block else None
+        ran = body.run(ready.task, ready.ctx, ready.facts, ready.args, ready.kwargs, None)
+        _end_savepoint(savepoint)
+        if ran.outcome is None:
+            return RanJob(
+                row.id, row.task_name, row.attempt, "lost", error=str(ran.raised), exception=ran.raised
+            )
+        outcome, raised, started = ran.outcome, ran.raised, True
+    written = _finish(key, outcome, started=started, places=row.slots)
     if written is None:
         return RanJob(row.id, row.task_name, row.attempt, "lost", error="the job moved on: nothing written")
     if written != outcome.status:
         name = written  # a retry a pending cancel turned into a cancel
     elif outcome.snoozed:
         name = "snoozed"
+    elif outcome.suspended:
+        name = "suspended"
     else:
         name = "retry" if written == "queued" else written
     logger.info("%s job=%s attempt=%s worker=%s", name, row.id, row.attempt, WORKER_ID)

@@ -5,7 +5,7 @@ internal endpoint (it shows queue names)::
 
     path("metrics/leasejobs", leasejobs.views.metrics)
 
-One cheap query per scrape (``leasejobs.queuestats``). The workers' own
+One cheap query per scrape (``leasejobs.queues.stats``). The workers' own
 counters and histograms are served by each worker (``runworker
 --metrics-port``); these gauges are the same whichever process serves them,
 so one web process is enough.
@@ -16,7 +16,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from leasejobs import queuestats
+from leasejobs.queues import stats as queuestats
 
 
 class _Collector:

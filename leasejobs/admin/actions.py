@@ -4,7 +4,7 @@ An operator acts on what the page showed, and the queue moves on while they
 read it. Every row of the changelist therefore carries the status and
 attempt it was shown with (a hidden ``leasejobs_seen`` input beside its
 checkbox); an action sends the selected rows with those values to one
-statement of ``leasejobs.sql`` whose WHERE re-checks them, and reports how
+statement of ``leasejobs.db.sql`` whose WHERE re-checks them, and reports how
 many rows it changed and how many had changed since the page was shown.
 
 A row of the action's ``queryset`` that comes without that state (a plain
@@ -15,26 +15,39 @@ same fenced statement runs with them, so a row that moves on between the read
 and the write is still left alone. Only the rows of ``queryset`` are touched.
 "Select all N jobs" across pages is refused: rows on other pages were never
 shown, so the operator never saw what they would change.
+
+Releasing a lease that is still healthy (held, its worker heartbeating)
+takes a job from a body that is running: the pages that offer it (the job
+list and a job's page) send ``leasejobs_release=ask``, and the action then
+answers with a confirmation page that says what happens to that body
+before it releases anything. A POST without that field (a script, or the
+action called from code) is not asked, as no other action is.
 """
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from django.contrib import admin, messages
-from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
-from leasejobs import conf, sql
+from leasejobs import conf
+from leasejobs.admin import lease
 from leasejobs.conf import db_alias
+from leasejobs.db import facade, sql
 from leasejobs.models import Job
 
 logger = logging.getLogger("leasejobs.admin")
 
 #: The hidden input that carries "id:status:attempt" of each row shown.
 SEEN_FIELD = "leasejobs_seen"
+
+#: The hidden input of the pages that ask before a healthy lease is released:
+#: ``ask`` from the job list and a job's page, ``confirmed`` from the question.
+CONFIRM_FIELD = "leasejobs_release"
+ASK = "ask"
+CONFIRMED = "confirmed"
 
 
 def seen_token(job: Job) -> str:
@@ -129,14 +142,6 @@ def select(
     return Selection(targets, len(rows), len(rows) - len(targets), eligible_as, since)
 
 
-def _execute(statement: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    """Run one fenced statement; its rows are (id, attempt, worker, ...) per changed job."""
-    with connections[db_alias()].cursor() as cursor:
-        cursor.execute(statement, params)
-        rows: list[tuple[Any, ...]] = cursor.fetchall()
-    return rows
-
-
 def _log(event: str, request: HttpRequest, rows: list[tuple]) -> None:
     for job_id, attempt, worker, *_ in rows:
         logger.info(
@@ -152,15 +157,67 @@ def _log(event: str, request: HttpRequest, rows: list[tuple]) -> None:
 @admin.action(
     description="Release lease (claimable at once; the holder is fenced off)", permissions=["change"]
 )
-def release_lease(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+def release_lease(
+    model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Job]
+) -> TemplateResponse | None:
     """Give running jobs' leases back: queued, claimable at once, the holder's writes fenced off."""
     selection = select(model_admin, request, queryset, {Job.Status.RUNNING}, "running")
     if selection is None:
-        return
+        return None
+    if request.POST.get(CONFIRM_FIELD) == ASK:
+        healthy = held_leases(selection.targets)
+        if healthy:
+            return confirm_release(model_admin, request, healthy)
     params = {k: v for k, v in selection.params.items() if k != "statuses"}
-    rows = _execute(sql.ADMIN_RELEASE, {**params, "channel": conf.get("NOTIFY_CHANNEL")})
+    rows = facade.admin_change(sql.ADMIN_RELEASE, {**params, "channel": conf.get("NOTIFY_CHANNEL")})
     _log("released", request, rows)
     selection.report(model_admin, request, f"Released {len(rows)}", len(rows))
+    return None
+
+
+def held_leases(targets: list[Seen]) -> list[Job]:
+    """The targets whose lease is healthy now (held, heartbeat on time; database clock),
+    in the attempt the page showed. An expiring or expired lease is released without a question."""
+    attempts = {t.id: t.attempt for t in targets}
+    jobs = (
+        lease.annotate(Job.objects.using(db_alias()).filter(pk__in=list(attempts)))
+        .filter(lease.state_q(lease.HELD))
+        .only("id", "task_name", "queue", "status", "attempt", "leased_by", "lease_until", "cancel_requested")
+        .order_by("pk")
+    )
+    return [
+        job
+        for job in jobs
+        if attempts.get(job.pk) == job.attempt and getattr(job, "lease_state", None) == lease.HELD
+    ]
+
+
+def confirm_release(
+    model_admin: admin.ModelAdmin, request: HttpRequest, healthy: list[Job]
+) -> TemplateResponse:
+    """The question before a healthy lease is released: the same POST again, confirmed.
+
+    Every field of the POST goes back unchanged (the selection, the state
+    each row was shown in, the action), so the answer is acted on exactly as
+    the question was asked, fenced the same way.
+    """
+    carried = [
+        (key, value)
+        for key, values in request.POST.lists()
+        for value in values
+        if key not in ("csrfmiddlewaretoken", CONFIRM_FIELD)
+    ]
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Release a lease that is still held?",
+        "opts": model_admin.opts,
+        "jobs": [(job, lease.cell(job)) for job in healthy],
+        "carried": carried,
+        "confirm_field": CONFIRM_FIELD,
+        "confirmed": CONFIRMED,
+        "back": request.get_full_path(),
+    }
+    return TemplateResponse(request, "admin/leasejobs/job/release_confirm.html", context)
 
 
 @admin.action(description="Cancel (queued: at once; running: ask the body to stop)", permissions=["change"])
@@ -171,7 +228,7 @@ def cancel(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QueryS
     )
     if selection is None:
         return
-    rows = _execute(sql.ADMIN_CANCEL, selection.params)
+    rows = facade.admin_change(sql.ADMIN_CANCEL, selection.params)
     _log("cancelled", request, rows)
     queued = sum(1 for r in rows if r[3] == Job.Status.QUEUED)
     running = len(rows) - queued
@@ -194,6 +251,6 @@ def retry_now(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: Que
     )
     if selection is None:
         return
-    rows = _execute(sql.ADMIN_RETRY, {**selection.params, "channel": conf.get("NOTIFY_CHANNEL")})
+    rows = facade.admin_change(sql.ADMIN_RETRY, {**selection.params, "channel": conf.get("NOTIFY_CHANNEL")})
     _log("retried", request, rows)
     selection.report(model_admin, request, f"Queued {len(rows)} to run now", len(rows))

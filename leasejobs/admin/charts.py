@@ -1,4 +1,4 @@
-"""The overview's charts over time: four queries over the jobs table, no table of their own.
+"""The overview's charts over time: four queries over the jobs table, closed buckets stored.
 
 Each query reads only what two partial indexes serve: the jobs finished in
 the window (``leasejobs_job_finished``) and the active jobs (``leasejobs_job_claim``),
@@ -23,11 +23,8 @@ ones as zero.
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from django.db import connections, transaction
-
-from leasejobs.conf import db_alias
+from leasejobs.db import facade
 
 
 @dataclass(frozen=True)
@@ -43,127 +40,14 @@ WINDOWS = {
     "day": Window("day", "last day, per 15 minutes", timedelta(days=1), timedelta(minutes=15)),
 }
 
-#: Every bucket start from ``since`` (a bucket start) to now, oldest first; the last
-#: one is the current, still open bucket.
-_BUCKETS = """
-buckets AS (SELECT generate_series(%(since)s::timestamptz, now(), %(step)s) AS t)"""
-
-#: The start of the current bucket, on the database clock.
-CURRENT_BUCKET = "SELECT date_bin(%(step)s, now(), TIMESTAMPTZ '2000-01-01')"
-
-THROUGHPUT = f"""
-WITH {_BUCKETS},
-agg AS (
-    SELECT date_bin(%(step)s, finished_at, TIMESTAMPTZ '2000-01-01') AS t,
-           count(*) AS finished, count(*) FILTER (WHERE status = 'failed') AS failed
-    FROM leasejobs_job
-    WHERE status IN ('done', 'failed', 'cancelled') AND finished_at >= (SELECT min(t) FROM buckets)
-    GROUP BY 1
-)
-SELECT b.t, COALESCE(a.finished, 0), COALESCE(a.failed, 0)
-FROM buckets AS b LEFT JOIN agg AS a USING (t)
-ORDER BY b.t
-"""
-
-QUEUE_TIME = f"""
-WITH {_BUCKETS},
-agg AS (
-    SELECT date_bin(%(step)s, finished_at, TIMESTAMPTZ '2000-01-01') AS t,
-           percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (
-               ORDER BY extract(epoch FROM started_at - run_at)) AS p
-    FROM leasejobs_job
-    WHERE status IN ('done', 'failed', 'cancelled') AND finished_at >= (SELECT min(t) FROM buckets)
-      AND started_at IS NOT NULL
-    GROUP BY 1
-)
-SELECT b.t, a.p[1], a.p[2]
-FROM buckets AS b LEFT JOIN agg AS a USING (t)
-ORDER BY b.t
-"""
-
-#: The jobs that can matter to a window: active now, or finished within it.
-_RECENT = """
-recent AS (
-    SELECT queue, status, run_at, created_at, started_at, finished_at, attempt, errors, last_error
-    FROM leasejobs_job WHERE status IN ('queued', 'running')
-    UNION ALL
-    SELECT queue, status, run_at, created_at, started_at, finished_at, attempt, errors, last_error
-    FROM leasejobs_job
-    WHERE status IN ('done', 'failed', 'cancelled') AND finished_at >= (SELECT min(t) FROM buckets)
-)"""
-
-BACKLOG = f"""
-WITH {_BUCKETS}, {_RECENT},
-spans AS (
-    SELECT queue, GREATEST(run_at, created_at) AS enter,
-           CASE WHEN status = 'queued' THEN 'infinity'::timestamptz
-                WHEN started_at >= GREATEST(run_at, created_at) THEN started_at
-                ELSE COALESCE(finished_at, 'infinity'::timestamptz) END AS leave
-    FROM recent
-),
-events AS (
-    SELECT queue, GREATEST(date_bin(%(step)s, enter, TIMESTAMPTZ '2000-01-01'),
-                           (SELECT min(t) FROM buckets)) AS t, 1 AS d
-    FROM spans WHERE enter <= now() AND leave > (SELECT min(t) FROM buckets) AND leave > enter
-    UNION ALL
-    SELECT queue, date_bin(%(step)s, leave, TIMESTAMPTZ '2000-01-01'), -1
-    FROM spans WHERE enter <= now() AND leave > (SELECT min(t) FROM buckets) AND leave > enter
-                 AND leave <= now()
-),
-per_bucket AS (SELECT queue, t, sum(d) AS d FROM events GROUP BY queue, t),
-queues AS (SELECT DISTINCT queue FROM per_bucket)
-SELECT b.t, q.queue,
-       sum(COALESCE(p.d, 0)) OVER (PARTITION BY q.queue ORDER BY b.t)::int AS backlog
-FROM buckets AS b CROSS JOIN queues AS q
-LEFT JOIN per_bucket AS p ON p.queue = q.queue AND p.t = b.t
-ORDER BY q.queue, b.t
-"""
-
-LEASES_LOST = f"""
-WITH {_BUCKETS}, {_RECENT},
-agg AS (
-    SELECT date_bin(%(step)s, started_at, TIMESTAMPTZ '2000-01-01') AS t,
-           sum(GREATEST(0, attempt - jsonb_array_length(errors)
-                           - CASE WHEN status = 'queued' THEN 0 ELSE 1 END)
-               + CASE WHEN status = 'failed' AND last_error LIKE 'lease expired on the last attempt%%'
-                      THEN 1 ELSE 0 END) AS lost
-    FROM recent
-    WHERE started_at >= (SELECT min(t) FROM buckets)
-    GROUP BY 1
-)
-SELECT b.t, COALESCE(a.lost, 0)::int
-FROM buckets AS b LEFT JOIN agg AS a USING (t)
-ORDER BY b.t
-"""
-
-QUERIES = {"throughput": THROUGHPUT, "queue_time": QUEUE_TIME, "backlog": BACKLOG, "leases_lost": LEASES_LOST}
-
 
 #: Each query's value columns, as series names (the backlog's series are its queues).
 SERIES = {"throughput": ("finished", "failed"), "queue_time": ("p50", "p95"), "leases_lost": ("lost",)}
 
-#: Stored points of closed buckets: (chart, step, bucket) rows; a bucket with
-#: no data is stored as one row with series '' so it is not computed again.
-READ_POINTS = """
-SELECT t, series, value FROM leasejobs_chartpoint
-WHERE chart = %(chart)s AND step_seconds = %(step_seconds)s AND t >= %(first)s AND t < %(current)s
-"""
-WRITE_POINTS = """
-INSERT INTO leasejobs_chartpoint (chart, step_seconds, t, series, value)
-SELECT %(chart)s, %(step_seconds)s, p.t, p.series, p.value
-FROM unnest(%(ts)s::timestamptz[], %(series)s::text[], %(values)s::float8[]) AS p(t, series, value)
-ON CONFLICT (chart, step_seconds, t, series) DO NOTHING
-"""
-#: Points are kept two days: the longest window is one.
-FORGET_POINTS = "DELETE FROM leasejobs_chartpoint WHERE t < now() - interval '2 days'"
-
 
 def run(name: str, step: timedelta, since: datetime) -> list[tuple[datetime, str, float | None]]:
     """Chart query ``name`` from bucket ``since`` to now, as (bucket, series, value) points."""
-    with connections[db_alias()].cursor() as cursor:
-        params: dict[str, Any] = {"step": step, "since": since}
-        cursor.execute(QUERIES[name], params)
-        rows = cursor.fetchall()
+    rows = facade.chart_rows(name, {"step": step, "since": since})
     if name == "backlog":
         return [(t, queue, float(n)) for t, queue, n in rows]
     return [(r[0], series, r[k]) for r in rows for k, series in enumerate(SERIES[name], 1)]
@@ -180,18 +64,13 @@ def points(name: str, window: Window) -> tuple[list[datetime], dict[str, dict[da
     current bucket.
     """
     step_seconds = int(window.step.total_seconds())
-    with transaction.atomic(using=db_alias()), connections[db_alias()].cursor() as cursor:
-        # Compiling these short queries (JIT) costs more than it saves: 12 ms of 95 at 1M rows.
-        cursor.execute("SET LOCAL jit = off")
-        step: dict[str, Any] = {"step": window.step}
-        cursor.execute(CURRENT_BUCKET, step)
-        current = cursor.fetchone()[0]
+    with facade.chart_transaction() as cursor:
+        current = facade.current_bucket(cursor, window.step)
         count = int(window.span / window.step)
         times = [current - window.step * (count - 1 - i) for i in range(count)]
-        cursor.execute(
-            READ_POINTS, {"chart": name, "step_seconds": step_seconds, "first": times[0], "current": current}
+        stored = facade.read_points(
+            cursor, {"chart": name, "step_seconds": step_seconds, "first": times[0], "current": current}
         )
-        stored = cursor.fetchall()
         known = {t for t, _, _ in stored}
         missing = [t for t in times[:-1] if t not in known]
         fresh = run(name, window.step, missing[0] if missing else current)
@@ -199,8 +78,8 @@ def points(name: str, window: Window) -> tuple[list[datetime], dict[str, dict[da
         marks = [(t, "", None) for t in missing]
         if missing:
             new = closed + marks
-            cursor.execute(
-                WRITE_POINTS,
+            facade.write_points(
+                cursor,
                 {
                     "chart": name,
                     "step_seconds": step_seconds,
@@ -209,7 +88,6 @@ def points(name: str, window: Window) -> tuple[list[datetime], dict[str, dict[da
                     "values": [p[2] for p in new],
                 },
             )
-            cursor.execute(FORGET_POINTS)
     values: dict[str, dict[datetime, float | None]] = {}
     for t, series, v in [*stored, *fresh]:
         if series:

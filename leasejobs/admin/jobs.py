@@ -9,11 +9,12 @@ the table, the bulky JSON columns deferred, and the default order (-id)
 served by the primary key index.
 """
 
+import datetime as dt
 import json
+import re
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import F, Func, Q, QuerySet, TextField, Value
 from django.db.models.functions import Left, Now
@@ -23,10 +24,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from leasejobs.admin import actions, lease, retry_matching
+from leasejobs.admin import actions, job_page, lease, page_actions, retry_matching, steps
 from leasejobs.admin.filters import LeaseStateFilter, QueueFilter
 from leasejobs.admin.paginator import EstimatedCountPaginator
-from leasejobs.errors import read_entries
 from leasejobs.models import Job, SideEffect, Slot
 
 #: Columns the changelist never shows; left unread so a page of 100 jobs
@@ -38,6 +38,34 @@ ERROR_HEAD_CHARS = 160
 
 #: The largest id a search term may be (bigint).
 MAX_ID = 2**63 - 1
+
+
+def short_task_name(name: str) -> str:
+    """The last part of a dotted task name (``shop.tasks.send_receipt`` -> ``send_receipt``).
+
+    The module path is what makes a changelist row too wide to read; the
+    function's name is what an operator recognises, and the full name is
+    on hover and on the job's page.
+    """
+    return name.rsplit(".", 1)[-1] or name
+
+
+def breakable(duration: str) -> SafeString:
+    """'42 min 30 s ago' that a narrow column may break between its parts, never inside one.
+
+    Each number stays with its unit, so at 1280 px the column takes two
+    short lines ('42 min 30 s' / 'ago') rather than pushing the last error
+    off screen; the text reads the same.
+    """
+    return format_html_join(
+        " ",
+        "{}",
+        ((format_html('<span class="leasejobs-nobr">{}</span>', part),) for part in _PARTS.findall(duration)),
+    )
+
+
+#: The parts of a short duration: '42 min', '30 s', 'ago', 'in', 'now', '—'.
+_PARTS = re.compile(r"\d+ \w+|\S+")
 
 
 def pretty_json(value: Any) -> SafeString:
@@ -111,18 +139,21 @@ class BigTableAdmin(admin.ModelAdmin):
 
 @admin.register(Job)
 class JobAdmin(BigTableAdmin):
+    # What an operator scans for, left to right: which job, in what state,
+    # who holds it and whether it heartbeats, when it is due, what went
+    # wrong. The queue rides under the task and the error takes the width
+    # left, so the row fits at 1280 px with the sidebar open (docs/admin.md).
     list_display = [
         "id",
-        "task_name",
-        "queue_display",
+        "task_display",
         "status_display",
-        "attempt_display",
         "lease_display",
         "heartbeat_display",
         "run_at_display",
+        "attempt_display",
         "error_display",
     ]
-    list_display_links = ["id", "task_name"]
+    list_display_links = ["id"]
     empty_value_display = "—"
     list_filter = ["status", QueueFilter, LeaseStateFilter]
     search_fields = ["task_name", "idempotency_key"]
@@ -131,41 +162,10 @@ class JobAdmin(BigTableAdmin):
     sortable_by = ["id"]
     actions = [actions.retry_now, actions.cancel, actions.release_lease]
     inlines = [SideEffectInline]
-    fieldsets = [
-        (
-            None,
-            {
-                "fields": [
-                    "id",
-                    "task_name",
-                    "queue",
-                    "priority",
-                    "status_display",
-                    "idempotency_key",
-                    "concurrency_display",
-                ]
-            },
-        ),
-        (
-            "Lease",
-            {
-                "fields": [
-                    "lease_display",
-                    "attempt_display",
-                    "leased_by",
-                    "heartbeat_display",
-                    "lease_until",
-                    "heartbeat_at",
-                    "cancel_requested",
-                    "worker_ids_display",
-                ]
-            },
-        ),
-        ("Times", {"fields": ["created_at", "run_at", "started_at", "finished_at"]}),
-        ("Arguments and result", {"fields": ["args_display", "kwargs_display", "result_display"]}),
-        ("Errors", {"fields": ["last_error_display", "errors_display"]}),
-    ]
-    readonly_fields = flatten_fieldsets(fieldsets)
+    # A job's page shows the sections of leasejobs.admin.job_page for that
+    # job (get_fieldsets); these are all the fields any page may show.
+    readonly_fields = job_page.ALL_FIELDS
+    change_form_template = "admin/leasejobs/job/change_form.html"
 
     class Media:
         css = {"all": ["leasejobs/admin.css"]}
@@ -183,7 +183,14 @@ class JobAdmin(BigTableAdmin):
             self.admin_site.admin_view(lambda request: retry_matching.view(self, request)),
             name="leasejobs_job_retry_failed",
         )
-        return [retry_failed, *super().get_urls()]
+        act = path(
+            "<path:object_id>/act/",
+            self.admin_site.admin_view(
+                lambda request, object_id: page_actions.view(self, request, object_id)
+            ),
+            name="leasejobs_job_act",
+        )
+        return [retry_failed, act, *super().get_urls()]
 
     # -- rows -----------------------------------------------------------------
 
@@ -192,7 +199,8 @@ class JobAdmin(BigTableAdmin):
         return super().changelist_view(request, {**context, **(extra_context or {})})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        return lease.annotate(super().get_queryset(request))
+        # db_now: the database clock of the read, for a job page's durations.
+        return lease.annotate(super().get_queryset(request)).annotate(db_now=Now())
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
@@ -225,11 +233,21 @@ class JobAdmin(BigTableAdmin):
             actions.seen_token(obj),
         )
 
-    @admin.display(description="queue")
-    def queue_display(self, obj: Job) -> SafeString:
-        """The queue, linking to the list of its jobs."""
+    @admin.display(description="task · queue")
+    def task_display(self, obj: Job) -> SafeString:
+        """The task's own name, linking to the job (the full dotted path on hover), and its queue below.
+
+        The queue links to the list of its jobs.
+        """
+        url = reverse("admin:leasejobs_job_change", args=[obj.pk], current_app=self.admin_site.name)
         return format_html(
-            '<a href="?{}">{}</a>', urlencode({QueueFilter.parameter_name: obj.queue}), obj.queue
+            '<a class="leasejobs-task" href="{}" title="{}">{}</a>'
+            ' <span class="leasejobs-queue"><a href="?{}">{}</a></span>',
+            url,
+            obj.task_name,
+            short_task_name(obj.task_name),
+            urlencode({QueueFilter.parameter_name: obj.queue}),
+            obj.queue,
         )
 
     @admin.display(description="status")
@@ -248,7 +266,20 @@ class JobAdmin(BigTableAdmin):
         held = Slot.objects.filter(kind="key", name=obj.concurrency_key, held_until__gte=Now()).count()
         return f"{obj.concurrency_key}: {held} of {obj.concurrency_limit} running"
 
-    @admin.display(description="attempt (token)")
+    @admin.display(description="workflow")
+    def workflow_display(self, obj: Job) -> SafeString | str:
+        """A link to the page of the job's workflow, and the parents it still waits for."""
+        if obj.workflow_id is None:
+            return "—"
+        waiting = f" (waits for {obj.pending_parents} parent job{'s' if obj.pending_parents != 1 else ''})"
+        return format_html(
+            '<a href="{}">workflow #{}</a>{}',
+            reverse("admin:leasejobs_workflow_change", args=[obj.workflow_id]),
+            obj.workflow_id,
+            waiting if obj.pending_parents and obj.status == Job.Status.QUEUED else "",
+        )
+
+    @admin.display(description="attempt")
     def attempt_display(self, obj: Job) -> str:
         return f"{obj.attempt} / {obj.max_attempts}"
 
@@ -257,20 +288,97 @@ class JobAdmin(BigTableAdmin):
         return lease.cell(obj)
 
     @admin.display(description="heartbeat")
-    def heartbeat_display(self, obj: Job) -> str:
-        return lease.heartbeat(obj)
+    def heartbeat_display(self, obj: Job) -> SafeString:
+        return breakable(lease.heartbeat(obj))
 
     @admin.display(description="run at")
     def run_at_display(self, obj: Job) -> SafeString:
-        """When it is (or was) due, relative to the database clock; the date on hover."""
-        return format_html('<span title="{}">{}</span>', obj.run_at.isoformat(), lease.relative(obj.run_in))  # type: ignore[attr-defined]
+        """When it is (or was) due, relative to the database clock; the time to the second on hover."""
+        run_in: dt.timedelta | None = obj.run_in  # type: ignore[attr-defined]  # annotated by get_queryset()
+        return format_html(
+            '<span title="{}">{}</span>', job_page.stamp(obj.run_at), breakable(lease.relative(run_in))
+        )
 
     @admin.display(description="last error")
-    def error_display(self, obj: Job) -> str:
+    def error_display(self, obj: Job) -> SafeString | str:
+        """The first line of the last error, on one line cut to the column's width; all of it on hover."""
         head: str = obj.error_head  # type: ignore[attr-defined]  # annotated by get_queryset()
-        return head[:ERROR_HEAD_CHARS] + "…" if len(head) > ERROR_HEAD_CHARS else head
+        if not head:
+            return ""
+        text = head[:ERROR_HEAD_CHARS] + "…" if len(head) > ERROR_HEAD_CHARS else head
+        return format_html('<span class="leasejobs-error-head" title="{}">{}</span>', text, text)
 
     # -- the job page ---------------------------------------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        if obj is None:
+            return [(None, {"fields": job_page.ALL_FIELDS})]
+        return job_page.fieldsets(obj)
+
+    def get_inline_instances(self, request: HttpRequest, obj: Job | None = None) -> list[Any]:
+        """The side effects, only for a job that recorded some (no empty table)."""
+        if obj is None or not SideEffect.objects.filter(job_id=obj.pk).exists():
+            return []
+        return super().get_inline_instances(request, obj)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Job | None = None,
+    ) -> Any:
+        if obj is not None:
+            context = {
+                **context,
+                "title": f"Job {obj.pk}: {obj.task_name}",
+                "subtitle": None,
+                "leasejobs_buttons": job_page.buttons(obj) if self.has_change_permission(request) else [],
+                "leasejobs_seen": actions.seen_token(obj),
+                "leasejobs_confirm_field": actions.CONFIRM_FIELD,
+                "leasejobs_ask": actions.ASK,
+            }
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @admin.display(description="last error")
+    def last_error_display(self, obj: Job) -> SafeString:
+        return format_html('<pre class="leasejobs-traceback">{}</pre>', obj.last_error)
+
+    @admin.display(description="traceback")
+    def traceback_display(self, obj: Job) -> SafeString | str:
+        """The traceback of the attempt that failed the job."""
+        entry = job_page.last_entry(obj)
+        if entry is None:
+            return ""
+        return format_html(
+            '<p>attempt {} on {}: <strong>{}</strong></p><pre class="leasejobs-traceback">{}</pre>',
+            entry.get("attempt", "?"),
+            entry.get("worker_id", "?"),
+            entry.get("exception_class", ""),
+            entry.get("traceback", ""),
+        )
+
+    @admin.display(description="cancel requested")
+    def cancel_requested_display(self, obj: Job) -> str:
+        if not obj.cancel_requested:
+            return "no"
+        if obj.status == Job.Status.RUNNING:
+            return "yes: the worker's next heartbeat asks the body to stop"
+        return "yes"
+
+    @admin.display(description="times")
+    def times_display(self, obj: Job) -> SafeString:
+        return job_page.times_table(obj)
+
+    @admin.display(description="attempts")
+    def timeline_display(self, obj: Job) -> SafeString:
+        return job_page.timeline(obj)
+
+    @admin.display(description="steps, sleeps and waits")
+    def steps_display(self, obj: Job) -> SafeString:
+        return steps.table(obj, job_page.db_now(obj))
 
     @admin.display(description="args")
     def args_display(self, obj: Job) -> SafeString:
@@ -283,16 +391,6 @@ class JobAdmin(BigTableAdmin):
     @admin.display(description="result")
     def result_display(self, obj: Job) -> SafeString:
         return pretty_json(obj.result)
-
-    @admin.display(description="workers, by attempt")
-    def worker_ids_display(self, obj: Job) -> SafeString:
-        return format_html_join(
-            "", "<div>attempt {}: {}</div>", ((n, w) for n, w in enumerate(obj.worker_ids or [], start=1))
-        )
-
-    @admin.display(description="last error")
-    def last_error_display(self, obj: Job) -> SafeString:
-        return format_html('<pre class="leasejobs-traceback">{}</pre>', obj.last_error)
 
     @admin.display(description="tracebacks, by attempt")
     def errors_display(self, obj: Job) -> SafeString:
@@ -307,8 +405,7 @@ class JobAdmin(BigTableAdmin):
                     e.get("exception_class", ""),
                     e.get("traceback", ""),
                 )
-                for e in read_entries(obj.errors)
-                if isinstance(e, dict)  # the column is JSON: anyone with SQL may have put anything there
+                for e in job_page.entries(obj)
             ),
         )
 

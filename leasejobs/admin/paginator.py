@@ -20,9 +20,10 @@ import json
 from typing import cast
 
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
+
+from leasejobs.db import facade
 
 #: Up to this many matching rows the count is exact (ten pages of 100). A
 #: bounded count of a filter that matches 2 % of a million rows reads about
@@ -32,12 +33,7 @@ EXACT_UP_TO = 1_000
 
 def table_estimate(queryset: QuerySet) -> int:
     """``pg_class.reltuples`` of the queryset's table; -1 when never analyzed."""
-    with connections[queryset.db].cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-            [queryset.model._meta.db_table],
-        )
-        row = cursor.fetchone()
+    row = facade.table_estimate(queryset.db, queryset.model._meta.db_table)
     return -1 if row is None else int(row[0])
 
 

@@ -3,7 +3,8 @@
 Read-only: a schedule is declared in code or settings, and its row is
 written only by the workers' tick statement (an edit here would be undone,
 or worse, move ``last_tick`` backwards). Next ticks are computed from the
-database clock.
+database clock. With no schedule yet, the page says how to declare one
+(templates/admin/leasejobs/periodicschedule/change_list.html).
 """
 
 import datetime as dt
@@ -15,6 +16,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from leasejobs.db.rows import periodic_key_prefix
 from leasejobs.models import PeriodicSchedule
 from leasejobs.periodic.status import db_now
 from leasejobs.periodic.ticks import ScheduleError, next_tick, zone
@@ -36,6 +38,12 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
     ]
     search_fields = ["name", "task_name"]
     ordering = ["name"]
+
+    class Media:
+        css = {"all": ["leasejobs/admin.css"]}
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        return super().changelist_view(request, {"title": "Periodic schedules", **(extra_context or {})})
 
     def get_queryset(self, request: HttpRequest) -> Any:
         self._now = db_now()
@@ -59,7 +67,7 @@ class PeriodicScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="jobs")
     def jobs(self, obj: PeriodicSchedule) -> str:
-        query = urlencode({"idempotency_key__startswith": f"periodic:{obj.name}:"})
+        query = urlencode({"idempotency_key__startswith": periodic_key_prefix(obj.name)})
         return format_html('<a href="{}?{}">all jobs</a>', reverse("admin:leasejobs_job_changelist"), query)
 
     def _never(self, request: HttpRequest, obj: Any = None) -> bool:

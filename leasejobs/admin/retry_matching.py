@@ -6,7 +6,7 @@ it counts the failed jobs the changelist's filters and search match, and
 stamps the page with the database time it was shown. Confirming retries
 those jobs that were already failed then (``finished_at`` at or before that
 time) and still are, each fenced on the status and attempt it is matched
-with (``leasejobs.bulk``); a job that failed after the page was shown, or
+with (``leasejobs.operations.bulk``); a job that failed after the page was shown, or
 that someone retried meanwhile, is left alone and counted.
 """
 
@@ -16,22 +16,18 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
-from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from leasejobs import bulk
-from leasejobs.conf import db_alias
+from leasejobs.db import facade
 from leasejobs.models import Job
+from leasejobs.operations import bulk
 
 
 def _database_now() -> dt.datetime:
     """The database clock at this statement (inside a test's transaction ``now()`` stands still)."""
-    with connections[db_alias()].cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        now: dt.datetime = cursor.fetchone()[0]
-        return now
+    return facade.statement_now()
 
 
 def view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:

@@ -1,29 +1,60 @@
 """argparse types shared by leasejobs' management commands.
 
-Each parses one command-line word or raises ``ValueError``; argparse then
-prints ``--option: invalid <type name> value: 'word'``, so each type's
-``__name__`` says in plain words what was expected. None accepts nan or inf:
-nan fails every comparison (``--heartbeat nan`` never heartbeated) and inf is
-no duration.
+Each parses one command-line word or raises ``BadValue``, whose text argparse
+prints as it is: ``argument --older-than: '1x' is not a duration: give a
+number with a unit (s, m, h, d or w), such as 7d, 12h or 30m.`` A sentence
+that names what was given and what to give, rather than argparse's own
+``invalid duration value: '1x'``. None accepts nan or inf: nan fails every
+comparison (``--heartbeat nan`` never heartbeated) and inf is no duration.
 """
 
+import argparse
 import math
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 #: Seconds per unit of a duration such as ``7d``.
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
+T = TypeVar("T")
+
+
+class BadValue(argparse.ArgumentTypeError, ValueError):
+    """A word that is not what the option takes; its text is the sentence argparse prints.
+
+    Also a ``ValueError``, for code that calls a type directly.
+    """
+
+
+def refusing(expected: str, example: str) -> Callable[[Callable[[str], T]], Callable[[str], T]]:
+    """Turn a parser's ``ValueError`` into ``BadValue``: ``'<word>' is not <expected>: give <example>.``
+
+    For the types here and a command's own (``leasejobs_jobs --status``).
+    """
+
+    def decorate(parse: Callable[[str], T]) -> Callable[[str], T]:
+        def checked(text: str) -> T:
+            try:
+                return parse(text)
+            except ValueError:
+                raise BadValue(f"{text!r} is not {expected}: give {example}.") from None
+
+        checked.__name__ = expected
+        checked.__doc__ = parse.__doc__
+        return checked
+
+    return decorate
+
 
 def _number(kind: type[int] | type[float], text: str) -> float:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise ValueError(text) from None
+    value = kind(text)
     if math.isnan(value) or math.isinf(value):
         raise ValueError(text)
     return value
 
 
+@refusing("a whole number greater than 0", "one such as 1 or 8")
 def positive_int(text: str) -> int:
     """A whole number greater than zero."""
     value = int(_number(int, text))
@@ -32,6 +63,7 @@ def positive_int(text: str) -> int:
     return value
 
 
+@refusing("a number greater than 0", "one such as 30 or 0.5")
 def positive_float(text: str) -> float:
     """A finite number greater than zero."""
     value = _number(float, text)
@@ -40,6 +72,7 @@ def positive_float(text: str) -> float:
     return value
 
 
+@refusing("a whole number, 0 or more", "one such as 0 or 100")
 def non_negative_int(text: str) -> int:
     """A whole number, zero or more."""
     value = int(_number(int, text))
@@ -48,6 +81,7 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+@refusing("a number, 0 or more", "one such as 0 or 2.5")
 def non_negative_float(text: str) -> float:
     """A finite number, zero or more."""
     value = _number(float, text)
@@ -56,6 +90,7 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+@refusing("a port number from 1 to 65535", "one such as 9100")
 def port(text: str) -> int:
     """A TCP port number, 1 to 65535."""
     value = int(text)
@@ -64,6 +99,7 @@ def port(text: str) -> int:
     return value
 
 
+@refusing("a list of whole numbers greater than 0", "them separated by commas, such as 1,2,4")
 def positive_ints(text: str) -> list[int]:
     """A comma-separated list of whole numbers greater than zero: ``1,2,4``."""
     values = [positive_int(part) for part in text.split(",") if part.strip()]
@@ -72,18 +108,10 @@ def positive_ints(text: str) -> list[int]:
     return values
 
 
+@refusing("a duration", "a number with a unit (s, m, h, d or w), such as 7d, 12h or 30m")
 def duration(text: str) -> float:
     """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or plain seconds, as seconds."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
     if not match:
         raise ValueError(text)
     return float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"]
-
-
-port.__name__ = "port number"
-positive_int.__name__ = "positive int"
-positive_float.__name__ = "positive float"
-non_negative_int.__name__ = "non-negative int"
-non_negative_float.__name__ = "non-negative number"
-positive_ints.__name__ = "comma-separated list of positive int"
-duration.__name__ = "duration such as 7d, 12h, 30m or 45s"

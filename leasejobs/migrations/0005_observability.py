@@ -2,7 +2,7 @@
 
 # trace_context: nullable, no default, so adding it rewrites nothing (a
 # metadata-only change even on a big table). leasejobs_worker: see
-# leasejobs.liveness. leasejobs_chartpoint: see leasejobs.admin.charts.
+# leasejobs.db.sql.workers. leasejobs_chartpoint: see leasejobs.admin.charts.
 
 from django.db import migrations, models
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.checks import Error, register
 
-from leasejobs.discovery import discover
+from leasejobs.jobs.discovery import discover
 from leasejobs.periodic import schedules
 
 

@@ -24,9 +24,10 @@ from psycopg.types.json import Jsonb
 
 from leasejobs import conf
 from leasejobs.conf import db_alias
-from leasejobs.periodic import sql
+from leasejobs.db import facade
+from leasejobs.db.sql import periodic as sql
 from leasejobs.periodic.schedules import Schedule, job_options, load
-from leasejobs.periodic.ticks import jitter, latest_ticks, next_tick
+from leasejobs.periodic.ticks import candidate_ticks, jitter, next_tick
 
 logger = logging.getLogger("leasejobs.periodic")
 
@@ -34,7 +35,8 @@ logger = logging.getLogger("leasejobs.periodic")
 #: the statement drops those not due yet, and an estimate a little behind
 #: the database does not make a due tick wait for the next wake-up.
 LOOKAHEAD = dt.timedelta(seconds=1)
-#: Candidates sent when only the latest due tick can be enqueued.
+#: Due ticks sent when only the latest due tick can be enqueued (one would
+#: do: the others are sent so that they are counted as skipped).
 LATEST_CANDIDATES = 3
 #: catch_up="none": a tick later than half its period, and never later than this, is skipped.
 ON_TIME_MAX_SECONDS = 60.0
@@ -124,9 +126,7 @@ class Scheduler:
         return min(MAX_SLEEP_SECONDS, max(0.005, seconds))
 
     def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with connections[db_alias()].cursor() as cursor:
-            cursor.execute(statement, params)
-            rows: list[tuple[Any, ...]] = cursor.fetchall()
+        rows = facade.periodic(statement, params)
         self.statements += 1
         if rows:
             # The database read now() during the round trip, before this
@@ -177,7 +177,7 @@ class Scheduler:
         now = self.db_now()
         every_tick = schedule.catch_up == "all" and schedule.overlap
         limit = schedule.max_catch_up if every_tick else LATEST_CANDIDATES
-        ticks = latest_ticks(schedule.cron, schedule.tz, state.last_tick, now + LOOKAHEAD, limit)
+        ticks = candidate_ticks(schedule.cron, schedule.tz, state.last_tick, now, LOOKAHEAD, limit)
         late_seconds = None
         if schedule.catch_up == "none" and ticks:
             following = next_tick(schedule.cron, schedule.tz, ticks[-1])
@@ -192,7 +192,7 @@ class Scheduler:
                 "ticks": ticks,
                 "run_ats": [t + jitter(schedule.name, t, schedule.jitter_seconds) for t in ticks],
                 "keys": [schedule.key(t) for t in ticks],
-                "every_tick": every_tick,
+                "keep": schedule.max_catch_up if every_tick else 1,
                 "late_seconds": late_seconds,
                 "overlap": schedule.overlap,
                 "task_name": schedule.task_name,

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from leasejobs import conf, enqueue, registry
+from leasejobs import conf
+from leasejobs.db.rows import KEY_PREFIX, TICK_FORMAT
+from leasejobs.jobs import binding, enqueue, registry
 from leasejobs.periodic.ticks import ScheduleError, check_expression, zone
 
 CATCH_UP_MODES = ("latest", "all", "none")
@@ -37,10 +39,6 @@ SETTING_KEYS = frozenset(
         "jitter_seconds",
     }
 )
-#: Idempotency keys of periodic jobs: ``periodic:<name>:<tick, UTC, to the second>``.
-KEY_PREFIX = "periodic:"
-TICK_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
-TICK_LENGTH = len("2000-01-01T00:00:00Z")
 
 
 @dataclass(frozen=True)
@@ -68,16 +66,6 @@ class Schedule:
     def key(self, tick: dt.datetime) -> str:
         """The idempotency key of this schedule's job for ``tick``."""
         return f"{KEY_PREFIX}{self.name}:{tick.astimezone(dt.UTC).strftime(TICK_FORMAT)}"
-
-
-def tick_of_key(key: str | None) -> dt.datetime | None:
-    """The tick a periodic job's idempotency key names, or None for any other key."""
-    if not key or not key.startswith(KEY_PREFIX) or len(key) < len(KEY_PREFIX) + TICK_LENGTH + 1:
-        return None
-    try:
-        return dt.datetime.strptime(key[-TICK_LENGTH:], TICK_FORMAT).replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
 
 
 _declared: list[dict[str, Any]] = []
@@ -218,8 +206,9 @@ def _check(raw: Any) -> Schedule:
     if not isinstance(args, list | tuple) or not isinstance(kwargs, Mapping):
         raise ScheduleError("args must be a list and kwargs a dict")
     try:
-        # The same checks an enqueue makes (JSON, size, the task's options).
+        # The same checks an enqueue makes (JSON, size, the task's options, the function's parameters).
         enqueue.build(task.name, args, kwargs, **_job_options(task))
+        binding.check(task.name, task.func, task.takes_context, args, kwargs)
     except (TypeError, ValueError) as exc:
         raise ScheduleError(str(exc).rstrip(".")) from None
     return Schedule(

@@ -10,13 +10,13 @@ import datetime as dt
 import secrets
 from dataclasses import dataclass
 
-from django.db import connections
-
-from leasejobs import registry
 from leasejobs.conf import db_alias
-from leasejobs.discovery import discover
+from leasejobs.db import facade
+from leasejobs.db.rows import KEY_PREFIX, TICK_FORMAT, periodic_key_prefix
+from leasejobs.jobs import registry
+from leasejobs.jobs.discovery import discover
 from leasejobs.models import Job, PeriodicSchedule
-from leasejobs.periodic.schedules import KEY_PREFIX, TICK_FORMAT, Schedule, load
+from leasejobs.periodic.schedules import Schedule, load
 from leasejobs.periodic.ticks import ScheduleError, next_tick, zone
 
 
@@ -41,14 +41,11 @@ class ScheduleStatus:
     @property
     def jobs_prefix(self) -> str:
         """The idempotency-key prefix of this schedule's jobs (what the admin link filters on)."""
-        return f"{KEY_PREFIX}{self.name}:"
+        return periodic_key_prefix(self.name)
 
 
 def db_now() -> dt.datetime:
-    with connections[db_alias()].cursor() as cursor:
-        cursor.execute("SELECT now()")
-        now: dt.datetime = cursor.fetchone()[0]
-        return now
+    return facade.database_now()
 
 
 def statuses() -> list[ScheduleStatus]:

@@ -82,6 +82,30 @@ def latest_ticks(
     return found
 
 
+def candidate_ticks(
+    cron: str, tz: ZoneInfo, after: dt.datetime, now: dt.datetime, lookahead: dt.timedelta, catch_up: int
+) -> list[dt.datetime]:
+    """The ticks a worker offers the database, oldest first: the ``catch_up`` latest in
+    ``(after, now]``, then every tick in ``(now, now + lookahead]``.
+
+    ``now`` is the worker's estimate of the database clock, a little behind
+    it; the lookahead ticks let a tick the database has reached be enqueued
+    without another wake-up, and are counted apart from ``catch_up``. Were
+    they counted in it, the lookahead tick would take a catch-up slot:
+    ``max_catch_up=N`` caught up N - 1 ticks, and with N = 1 the only tick
+    offered was one not due yet, so nothing was enqueued and the worker
+    looked again at once (issue 28). The database keeps the latest
+    ``catch_up`` of the offered ticks it finds due (``keep`` in ``TICK``).
+    """
+    due = latest_ticks(cron, tz, after, now, catch_up)
+    ahead = []
+    tick = next_tick(cron, tz, max(after, now))
+    while tick is not None and tick <= now + lookahead:
+        ahead.append(tick)
+        tick = next_tick(cron, tz, tick)
+    return due + ahead
+
+
 def jitter(name: str, tick: dt.datetime, seconds: float) -> dt.timedelta:
     """A delay in ``[0, seconds)`` that every worker computes alike for this (schedule, tick).
 

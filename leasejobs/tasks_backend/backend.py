@@ -51,8 +51,8 @@ from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 
 from leasejobs.conf import db_alias
+from leasejobs.db.rows import TASK_OPTIONS, validate_task_options
 from leasejobs.tasks_backend.results import JobFailed, task_result
-from leasejobs.validators import TASK_OPTIONS, validate_task_options
 
 __all__ = ["JobFailed", "LeaseJobsBackend", "LeaseJobsTask", "find", "register_from"]
 
@@ -133,15 +133,21 @@ class LeaseJobsBackend(BaseTaskBackend):
         on commit. A task no worker would know (defined outside the tasks
         modules the worker imports) is refused here, not failed later.
         """
-        from leasejobs import enqueue as jobs
+        from leasejobs.jobs import binding
+        from leasejobs.jobs import enqueue as jobs
 
         self.validate_task(task)
         if find(task.module_path, task.func) is None:
+            module, name = task.func.__module__, task.func.__qualname__
+            app = apps.get_containing_app_config(module)
+            where = f"{app.name}.tasks" if app is not None else "the tasks module of an installed app"
             raise InvalidTask(
-                f"Task {task.module_path} is not one the leasejobs worker runs: define it, for a "
-                "LeaseJobsBackend, in the tasks module of an installed app or in a module listed in "
-                "LEASEJOBS['TASK_MODULES']."
+                f"Task {task.module_path} is in no module runworker searches for Django Tasks, so no "
+                f"worker would run it: define it in {where} or import it there by name (from {module} "
+                f"import {name}), or add {module!r} to LEASEJOBS['TASK_MODULES']."
             )
+        # The same rules as leasejobs' own tasks: arguments that fit, JSON that stays as given.
+        binding.check(task.module_path, task.func, task.takes_context, args, kwargs)
         spec = jobs.build(
             task.module_path,
             # Django's rules: tuples become lists, bytes text.
@@ -209,7 +215,7 @@ def register_from(modules: Iterable[ModuleType]) -> None:
     else fails as an unknown task, and nothing is imported by a name from a
     row (django-tasks-db resolves the stored path with ``import_string``).
     """
-    from leasejobs import registry
+    from leasejobs.jobs import registry
     from leasejobs.tasks_backend.runner import DjangoTaskRunner
 
     global _discovered
@@ -254,9 +260,9 @@ def find(module_path: str, func: Any = None) -> Task | None:
     Asks the registry. The first call in a process that has not discovered
     tasks yet (a web process) runs the discovery a worker runs at start:
     ``registry.autodiscover()``, then ``register_from`` its modules
-    (``leasejobs.discovery.discover``).
+    (``leasejobs.jobs.discovery.discover``).
     """
-    from leasejobs import registry
+    from leasejobs.jobs import registry
     from leasejobs.tasks_backend.runner import DjangoTaskRunner
 
     if not _discovered:

@@ -6,7 +6,7 @@ from typing import Any
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 
-from leasejobs.errors import class_path, read_entries
+from leasejobs.db.rows import qualified_name, read_entries
 
 #: Job.status -> the TaskResultStatus Django shows. A job waiting for a retry
 #: is READY ("ready to be executed again", as Django's enum puts it).
@@ -52,7 +52,7 @@ def task_result(task: Task, job: Any, alias: str) -> TaskResult:
     if status == TaskResultStatus.FAILED and not any(e["attempt"] == job.attempt for e in entries):
         errors.append(
             TaskError(
-                exception_class_path=class_path(JobFailed),
+                exception_class_path=qualified_name(JobFailed),
                 traceback=job.last_error or f"the job was {job.status}",
             )
         )

@@ -19,11 +19,11 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from leasejobs import retry
 from leasejobs.conf import db_alias
-from leasejobs.context import JobContext
-from leasejobs.errors import exception_entry
-from leasejobs.exceptions import LeaseLost
+from leasejobs.db.rows import exception_entry
+from leasejobs.exceptions import LeaseLost, Suspended
+from leasejobs.jobs import retry
+from leasejobs.jobs.context import JobContext
 from leasejobs.models import Job
 from leasejobs.tasks_backend.results import task_result
 
@@ -52,7 +52,9 @@ def run(task: Task, ctx: JobContext, args: Sequence[Any], kwargs: dict[str, Any]
     fencing token). ``task_finished`` carries the status ``get_result`` will
     show once the worker writes the outcome: SUCCESSFUL, FAILED, or READY
     when a retry follows. A ``LeaseLost`` escaping the body ends nothing (the
-    attempt that holds the job owns the outcome), so no signal is sent.
+    attempt that holds the job owns the outcome), so no signal is sent; nor
+    for a durable sleep or wait (``leasejobs.current_job().sleep``), which
+    ends the attempt without finishing the task.
     """
     backend = task.get_backend()
     job = Job.objects.using(db_alias()).get(pk=ctx.job_id)
@@ -64,10 +66,10 @@ def run(task: Task, ctx: JobContext, args: Sequence[Any], kwargs: dict[str, Any]
         else:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)  # Django's rule; a TypeError fails the attempt
-    except LeaseLost:
+    except (LeaseLost, Suspended):  # no outcome of its own / a durable sleep or wait: not finished
         raise
     except BaseException as exc:
-        # The worker's own decision (leasejobs.retry), so the signal says what it will write.
+        # The worker's own decision (leasejobs.jobs.retry), so the signal says what it will write.
         policy = retry.policy_for(None, job.retry_policy)
         decision = retry.decide(policy, exc, ctx.runs, job.max_attempts, job.snoozes)
         final = ctx.cancel_requested or decision.action in ("fail", "discard")

@@ -1,33 +1,39 @@
-"""Claiming: the main thread's loop that fills free runner slots and the buffer.
+"""Claiming: the main thread's loop that keeps the children supplied.
 
-One CLAIM statement takes jobs for all free room at once: the idle runners
-plus a prefetch buffer sized so a buffered job starts within a tenth of a
-second (``rules.prefetch_size``). It claims again when a NOTIFY arrives, the
-buffer runs low, or the poll interval passes.
+One CLAIM statement takes jobs for every child at once: each child holds
+the job it runs and those it will start within a few milliseconds
+(``rules.child_depth``), and a claim fills them all once one runs low
+(``rules.claim_room``). Every claimed job goes to a child at once, so its
+run is counted by the claim itself: a body never starts without its run on
+record, and a worker killed from outside leaves at most the jobs its
+children had not reached counted and unstarted (docs/guarantees.md). The
+claim keeps the arguments it takes in memory under ``PREFETCH_BYTES``.
+It claims again when a NOTIFY arrives, a child runs low, or the poll
+interval passes.
 
 Queue controls: while a queue this worker serves has a limit (or jobs with
-a concurrency key were enqueued), the runners not busy are first offered to
+a concurrency key were enqueued), idle children are first offered to
 ``CLAIM_LIMITED`` (jobs under limits, each with its places), when the
-``LimitGate`` says it may find work; then the plain claim fills the rest.
-A job under limits waits at most behind the short prefetch buffer.
+``LimitGate`` says it may find work; a job under limits never waits in a
+child, so it holds its places only while its body runs.
 """
 
 import threading
 import time
 from collections.abc import Callable
 
-from leasejobs import observe, registry, retry
-from leasejobs.connection import CONNECTION_ERRORS
-from leasejobs.context import JobContext
-from leasejobs.registry import Task
-from leasejobs.retry import RetryPolicy
-from leasejobs.store import Attempt, ClaimedRow, Outcome, WorkerStore
-from leasejobs.validators import effective_lease
+from leasejobs import conf
+from leasejobs.db.connection import CONNECTION_ERRORS
+from leasejobs.db.rows import effective_lease
+from leasejobs.db.store import Attempt, ClaimedRow, WorkerStore, max_row_bytes
+from leasejobs.jobs import registry
+from leasejobs.jobs.registry import Task
 from leasejobs.worker import outcomes, rules
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
 from leasejobs.worker.limits import LimitGate
 from leasejobs.worker.options import WorkerOptions
+from leasejobs.worker.pool import Pool
 
 
 class Claimer:
@@ -35,34 +41,38 @@ class Claimer:
         self,
         store: WorkerStore,
         held: HeldJobs,
+        pool: Pool,
         events: Events,
         options: WorkerOptions,
         *,
         lease_seconds: float,
         poll_interval: float,
         prefetch: int,
-        mean_duration: Callable[[], float | None],
-        settle: Callable[[HeldJob, Outcome], bool],
+        prefetch_bytes: int,
+        finish: Callable[[HeldJob], None],
         new_lease: Callable[[float], None],
-        after_side_effect: Callable[[], None],
+        results_pending: Callable[[], int] = lambda: 0,
     ) -> None:
         self.store = store
         self.held = held
+        self.pool = pool
         self.events = events
         self.options = options
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.prefetch = prefetch
-        self._mean_duration = mean_duration
-        self._settle = settle
+        self.prefetch_bytes = prefetch_bytes
+        self._finish = finish
         self._new_lease = new_lease
-        self._after_side_effect = after_side_effect
+        self._results_pending = results_pending
         self.task_leases = {
             name: float(t.lease_seconds) for name, t in registry.all_tasks().items() if t.lease_seconds
         }
-        self._tasks: dict[str, tuple[Task | None, float, RetryPolicy | None]] = {}
+        self._tasks: dict[str, tuple[Task | None, float]] = {}
         self.wake = threading.Event()
         self.limits = LimitGate(store, options.queues, poll_interval)
+        #: The last claim took more than the children had room for.
+        self._gave_back = False
 
     def notified(self, queue: str | None) -> None:
         """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected)."""
@@ -89,28 +99,14 @@ class Claimer:
                 self.events.claim_failed(exc)
                 self.wake.wait(poll)
                 continue
-            running, buffered = self.held.sizes()
-            prefetch = rules.prefetch_size(
-                prefetch=self.prefetch,
-                concurrency=o.concurrency,
-                mean_duration=self._mean_duration(),
-                lease_seconds=self.lease_seconds,
-            )
-            room, worth, counted = rules.claim_size(
-                concurrency=o.concurrency,
-                prefetch=prefetch,
-                running=running,
-                buffered=buffered,
-                claimed=self.held.claimed,
-                max_jobs=o.max_jobs,
-            )
-            if room >= worth:
+            room = self._room()
+            if room > 0:
                 # --burst ends on a claim that finds nothing while nothing is held, looked at
                 # before it is sent: then every write of ours (a retry due at once, say) was
                 # committed before its snapshot, and nothing of ours can be due after it.
                 idle = o.burst and self.held.empty()
                 try:
-                    got = self.claim(room, counted)
+                    got = self.claim(room)
                     # Nothing held, so no place of ours is held either; a last look.
                     if got == 0 and idle and self.limits.active:
                         got = self.claim_limited()
@@ -119,53 +115,82 @@ class Claimer:
                     self.wake.wait(poll)
                     continue
                 if got == 0 and idle:
+                    if self._retries_keep_it(stopping):
+                        continue
                     self.events.exiting("no job ready: --burst")
                     return
-                if got == room:
+                if got == room and not self._gave_back:
                     continue  # more may be ready; claim again as soon as there is room
             self.wake.wait(poll)
 
-    def claim_limited(self) -> int:
-        """Offer the runners not busy to jobs under limits; returns the rows claimed."""
-        o = self.options
-        running, buffered = self.held.sizes()
-        room, counted = rules.limited_claim_size(
-            concurrency=o.concurrency,
-            running=running,
-            buffered=buffered,
-            claimed=self.held.claimed,
-            max_jobs=o.max_jobs,
+    def _retries_keep_it(self, stopping: threading.Event) -> bool:
+        """``--burst`` found nothing ready: say what waits for later; with ``--wait-for-retries``
+        wait until the next one is due (True: claim again)."""
+        try:
+            count, next_in = self.store.pending_retries(self.options.queues)
+        except CONNECTION_ERRORS as exc:
+            self.events.claim_failed(exc)
+            return False
+        if not count:
+            return False
+        waiting = self.options.wait_for_retries
+        self.events.retries_pending(count, next_in, waiting)
+        if waiting:
+            stopping.wait(max(0.01, min(next_in, self.poll_interval)))
+        return waiting
+
+    def _room(self) -> int:
+        counts, waiting = self.pool.outstanding()
+        depth = rules.child_depth(
+            mean_duration=self.pool.mean_duration,
+            prefetch=self.prefetch,
+            children=len(counts),
+            lease_seconds=self.lease_seconds,
         )
+        room = rules.claim_room(counts, depth, claimed=self.held.claimed, max_jobs=self.options.max_jobs)
+        if room and self._bytes_left() <= 0 and not self.held.empty():
+            return 0  # arguments held and results not yet written fill PREFETCH_BYTES: wait
+        return max(0, room - waiting)
+
+    def _bytes_left(self) -> int:
+        return self.prefetch_bytes - self.pool.bytes_held - self._results_pending()
+
+    def claim_limited(self) -> int:
+        """Offer the idle children to jobs under limits; returns the rows claimed."""
+        room = self.pool.idle_children()
+        if self.options.max_jobs is not None:
+            room = min(room, self.options.max_jobs - self.held.claimed)
         if room <= 0:
             return 0
         self.limits.claiming()
-        began = time.perf_counter()
-        rows = self.store.claim(
-            limit=room,
-            counted=counted,
-            queues=o.queues,
-            lease_seconds=self.lease_seconds,
-            task_leases=self.task_leases,
-            limited=True,
-        )
-        seconds = time.perf_counter() - began
+        rows, seconds = self._timed_claim(room, limited=True)
         self.limits.claimed(len(rows), room)
         return self._hold(rows, seconds)
 
-    def claim(self, limit: int, counted: int) -> int:
-        """Claim up to ``limit`` jobs and hand them to the runners; returns the rows claimed."""
+    def claim(self, limit: int) -> int:
+        """Claim up to ``limit`` jobs and hand them to the children; returns the rows claimed."""
+        rows, seconds = self._timed_claim(limit, max_bytes=max(1, self._bytes_left()))
+        return self._hold(rows, seconds)
+
+    def _timed_claim(
+        self, limit: int, *, limited: bool = False, max_bytes: int | None = None
+    ) -> tuple[list[ClaimedRow], float]:
+        """Claim up to ``limit`` jobs, each counting its run; the rows, and how long the claim took
+        (the leases run from before it was sent)."""
         began = time.perf_counter()
         rows = self.store.claim(
             limit=limit,
-            counted=counted,
+            counted=limit,
             queues=self.options.queues,
             lease_seconds=self.lease_seconds,
             task_leases=self.task_leases,
+            limited=limited,
+            max_bytes=max_bytes,
         )
-        return self._hold(rows, time.perf_counter() - began)
+        return rows, time.perf_counter() - began
 
     def _hold(self, rows: list[ClaimedRow], seconds: float) -> int:
-        """Hand claimed rows to the runners (or settle refusals); returns the rows.
+        """Hand claimed rows to the children (or settle refusals); returns the rows.
 
         ``seconds``: how long the claim statement took (for the metrics).
         """
@@ -180,24 +205,49 @@ class Claimer:
                 )
                 continue
             job = self._held_job(row, claimed_at, seconds)
-            why = _refusal(job)
+            why = _refusal(job, row)
             if why is None:
                 jobs.append(job)
             else:
                 refused.append((job, why))
-        # Runners first: a run counted at the claim should start at once (a
-        # worker killed before it does leaves that run counted, unstarted).
-        self.held.add(jobs, [job for job, _ in refused])
+        self.held.add(jobs + [job for job, _ in refused])
+        overflow = self.pool.assign(jobs)
+        # Given back, they wait for the next claim after a child reports progress (its wake-up),
+        # not for one at once that would find the children as full.
+        self._gave_back = bool(overflow)
+        if overflow:
+            self._give_back(overflow)
+            # Not by phase: a fast body may have ended (SETTLED) already.
+            given = {id(job) for job in overflow}
+            jobs = [job for job in jobs if id(job) not in given]
         self.events.claimed(jobs, seconds)
         for job, why in refused:
-            self._settle(job, outcomes.refusal(why))
+            if self.held.settle(job, outcomes.refusal(why), started=False):
+                self._finish(job)
         shortest = min((j.lease_seconds for j in jobs), default=None)
         if shortest is not None:
             self._new_lease(shortest)
         return len(rows)
 
-    def _task(self, name: str) -> tuple[Task | None, float, RetryPolicy | None]:
-        """A task's (task, lease, own retry policy), looked up once per task name.
+    def _give_back(self, jobs: list[HeldJob]) -> None:
+        """Jobs claimed beyond what the children have room for (slower than the claim
+        judged): released at once, their runs refunded, claimable by anyone."""
+        given = [job for job in jobs if self.held.give_back(job)]
+        if not given:
+            return
+        try:
+            released = self.store.release(
+                [(job.key, True) for job in given], slotted=any(job.slots for job in given)
+            )
+        except CONNECTION_ERRORS as exc:
+            self.events.release_failed(len(given), exc)
+            return
+        for job in given:
+            if job.key not in released:
+                self.events.released(job, False)
+
+    def _task(self, name: str) -> tuple[Task | None, float]:
+        """A task and its lease, looked up once per task name.
 
         An unknown name is not remembered: its module may register it later.
         """
@@ -205,17 +255,13 @@ class Claimer:
         if found is None:
             task = registry.get(name)
             if task is None:
-                return None, self.lease_seconds, None
-            found = self._tasks[name] = (
-                task,
-                effective_lease(task.lease_seconds, self.lease_seconds),
-                task.retry,
-            )
+                return None, self.lease_seconds
+            found = self._tasks[name] = (task, effective_lease(task.lease_seconds, self.lease_seconds))
         return found
 
     def _held_job(self, row: ClaimedRow, claimed_at: float, seconds: float) -> HeldJob:
         """``seconds``: how long the claim took (its lease runs from before it was sent)."""
-        task, lease, policy = self._task(row.task_name)
+        task, lease = self._task(row.task_name)
         return HeldJob(
             key=Attempt(row.id, row.attempt),
             task_name=row.task_name,
@@ -224,35 +270,30 @@ class Claimer:
             kwargs=row.kwargs,
             task=task,
             max_attempts=row.max_attempts,
-            runs=row.runs if row.counted else row.runs + 1,
+            runs=row.runs,
             counted=row.counted,
             taken_over=row.taken_over,
             lease_seconds=lease,
             slots=row.slots,
+            bytes=row.bytes,
             waited=row.waited,
             claimed_at=claimed_at,
             lease_ends=claimed_at - seconds + lease,
             trace_context=row.trace_context,
+            retry_policy=row.retry_policy,
             snoozes=row.snoozes,
-            retry_policy=policy if row.retry_policy is None else retry.policy_for(policy, row.retry_policy),
-            ctx=JobContext(
-                job_id=row.id,
-                attempt=row.attempt,
-                worker_id=self.store.worker_id,
-                task_name=row.task_name,
-                queue=row.queue,
-                runs=row.runs if row.counted else row.runs + 1,
-                lease_seconds=lease,
-                after_side_effect=self._after_side_effect,
-                on_stale_write=observe.stale_write_rejected,
-            ),
+            worker_id=self.store.worker_id,
         )
 
 
-def _refusal(job: HeldJob) -> str | None:
+def _refusal(job: HeldJob, row: ClaimedRow) -> str | None:
     """Why a claimed row cannot run at all (no retry will help), or None."""
     if job.task is None:
         return f"unknown task {job.task_name!r}"
-    if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
-        return "malformed job row: args must be a JSON list and kwargs a JSON object"
+    if row.args is None or row.kwargs is None:
+        limit = int(conf.get("MAX_PAYLOAD_BYTES"))
+        return (
+            f"its arguments are {row.bytes} bytes of JSON, over {max_row_bytes(limit)} (twice "
+            f"LEASEJOBS['MAX_PAYLOAD_BYTES']): the worker does not load them"
+        )
     return None

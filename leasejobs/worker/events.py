@@ -1,6 +1,6 @@
 """Everything the worker reports, one method per event, one log line each.
 
-Each method also tells ``leasejobs.observe`` (signals, metrics, traces), so
+Each method also tells ``leasejobs.observability.observe`` (signals, metrics, traces), so
 this module is the worker's one place of reporting.
 
 Every line names the job, the attempt and the worker. Text that comes from a
@@ -9,16 +9,17 @@ first: a newline in it must not forge another log line.
 
 Levels: a line per successful job ("claimed", "done") is DEBUG (``runworker
 -v 2``): at thousands of jobs a second it would cost a third of the
-throughput, and it says nothing an operator acts on. Start, stop, cancels,
-releases and skipped heartbeats are INFO (the default); retries, lost leases,
-timeouts and stale writes WARNING; failures ERROR.
+throughput, and it says nothing an operator acts on; so is a heartbeat that
+skipped a row its own body's side-effect block holds. Start, stop, cancels
+and releases are INFO (the default); retries, lost leases, timeouts, stopped
+bodies and stale writes WARNING; failures and children that died ERROR.
 """
 
 import logging
 
-from leasejobs import observe
-from leasejobs.store import Outcome
-from leasejobs.values import one_line
+from leasejobs.db.rows import one_line
+from leasejobs.db.store import Outcome
+from leasejobs.observability import observe
 from leasejobs.worker.held import HeldJob
 
 logger = logging.getLogger("leasejobs.worker")
@@ -35,6 +36,38 @@ class Events:
 
     def started(self, description: str) -> None:
         logger.info("worker started worker=%s %s", self.worker_id, description)
+
+    def queue_unused(self, queue: str, used: list[str]) -> None:
+        logger.warning(
+            "--queue %s worker=%s: no task uses it (no registered task has it as its queue; the tasks' "
+            "queues are %s): check its spelling, or enqueue to it with .using(queue=%r)",
+            one_line(queue),
+            self.worker_id,
+            one_line(", ".join(used) or "none"),
+            queue,
+        )
+
+    def working(self, seconds: float, counts: dict[str, int], running: int) -> None:
+        """The summary of the last interval, while the worker works (INFO: seen at the default level)."""
+        logger.info(
+            "worker working worker=%s in the last %.0f s: %s running=%d",
+            self.worker_id,
+            seconds,
+            " ".join(f"{name}={n}" for name, n in counts.items()),
+            running,
+        )
+
+    def retries_pending(self, count: int, next_in: float, waiting: bool) -> None:
+        logger.info(
+            "%d job(s) of this worker's queues wait for a retry or a snooze, the next due in %.1f s "
+            "worker=%s: %s",
+            count,
+            next_in,
+            self.worker_id,
+            "waiting for them (--wait-for-retries)"
+            if waiting
+            else "exiting without them; runworker --burst --wait-for-retries waits",
+        )
 
     def stopping(self, grace: float, running: int) -> None:
         logger.info(
@@ -70,7 +103,7 @@ class Events:
     # -- claiming --------------------------------------------------------------
 
     def claimed(self, jobs: list[HeldJob], seconds: float) -> None:
-        """One claim statement: ``jobs`` it handed to the runners, in ``seconds``.
+        """One claim statement: ``jobs`` it handed to the children, in ``seconds``.
 
         The per-job DEBUG lines are built only when DEBUG is on: escaping
         their names for nothing cost more than the claim's own Python.
@@ -101,12 +134,30 @@ class Events:
     def cancel_requested(self, job: HeldJob) -> None:
         logger.info("cancel requested job=%s attempt=%s worker=%s", *self._ids(job))
 
-    def late_outcome(self, job: HeldJob, seconds: float) -> None:
+    def body_stopped(self, job: HeldJob, why: str, seconds: float | None) -> None:
+        how = "its process was killed" if seconds is None else f"after {seconds:.1f}s"
         logger.warning(
-            "late outcome dropped job=%s attempt=%s worker=%s after %.1fs: the attempt had timed out"
-            " or its lease was lost or given back",
-            *self._ids(job),
-            seconds,
+            "body stopped job=%s attempt=%s worker=%s (%s): %s", *self._ids(job), how, one_line(why)
+        )
+
+    def child_died(self, index: int, pid: int, how: str, jobs: int, replaced: bool) -> None:
+        logger.error(
+            "child %d (pid %d) %s worker=%s holding %d job(s)%s",
+            index,
+            pid,
+            how,
+            self.worker_id,
+            jobs,
+            "; a fresh child takes its place" if replaced else "",
+        )
+
+    def child_left(self, index: int, pid: int, why: str) -> None:
+        logger.info(
+            "child %d (pid %d) left worker=%s: %s; a fresh child takes its place",
+            index,
+            pid,
+            self.worker_id,
+            one_line(why),
         )
 
     def timeout(self, job: HeldJob, error: str) -> None:
@@ -123,6 +174,8 @@ class Events:
         ids = self._ids(job)
         if outcome.snoozed:
             logger.info("snoozed job=%s attempt=%s worker=%s for %.1fs", *ids, outcome.retry_delay)
+        elif outcome.suspended:
+            logger.info("suspended job=%s attempt=%s worker=%s: a durable sleep or wait", *ids)
         elif outcome.status == "queued":
             logger.warning(
                 "retry job=%s attempt=%s worker=%s in %.1fs: %s",
@@ -188,7 +241,7 @@ class Events:
         logger.warning("heartbeat failed worker=%s jobs=%d: %s", self.worker_id, n, describe(exc))
 
     def heartbeat_skipped(self, job: HeldJob) -> None:
-        logger.info(
+        logger.debug(
             "heartbeat skipped job=%s attempt=%s worker=%s: row locked by another transaction",
             *self._ids(job),
         )
@@ -225,6 +278,13 @@ class Events:
                 "transaction or the job moved on; the lease runs out on its own",
                 *self._ids(job),
             )
+
+    def left_to_its_lease(self, job: HeldJob) -> None:
+        logger.warning(
+            "lease kept job=%s attempt=%s worker=%s: its body is not known to have stopped, "
+            "so the job is claimable again only once the lease runs out",
+            *self._ids(job),
+        )
 
     def release_failed(self, n: int, exc: BaseException) -> None:
         logger.warning(

@@ -12,20 +12,25 @@ outcomes one by one, and the one that is still refused is written as a
 failure naming the error instead. Only a lost connection is retried as is.
 """
 
+import threading
 import time
 from collections.abc import Callable
 
 import psycopg
 
-from leasejobs.connection import CONNECTION_ERRORS
-from leasejobs.store import Outcome, WorkerStore, run_delta
-from leasejobs.values import stored_text
+from leasejobs.db.connection import CONNECTION_ERRORS
+from leasejobs.db.rows import stored_text
+from leasejobs.db.store import Outcome, WorkerStore, run_delta
 from leasejobs.worker.batcher import LingerBatcher
 from leasejobs.worker.events import Events, describe
 from leasejobs.worker.held import HeldJob, HeldJobs
 
 #: How many outcomes one FINISH statement writes at most.
 FINISH_BATCH = 500
+
+#: How many bytes of results and errors one FINISH statement writes at most
+#: (a single larger outcome goes alone).
+FINISH_BATCH_BYTES = 8 * 2**20
 
 #: How long the finisher waits for more outcomes before writing a batch that
 #: is still small. A finish that is not written yet only keeps its job held
@@ -48,10 +53,20 @@ class Finisher:
             self._write, linger_seconds=FINISH_LINGER_SECONDS, max_batch=FINISH_BATCH
         )
         self._give_up_at: float | None = None
+        self._bytes_lock = threading.Lock()
+        self._pending_bytes = 0
 
     def submit(self, job: HeldJob) -> None:
         """Queue a SETTLED job's outcome for writing."""
+        with self._bytes_lock:
+            self._pending_bytes += _weight(job)
         self._batcher.add(job)
+
+    @property
+    def pending_bytes(self) -> int:
+        """The bytes of results and errors waiting to be written: the claimer counts them
+        against ``PREFETCH_BYTES`` with the arguments it holds."""
+        return self._pending_bytes
 
     def run(self) -> None:
         """The finisher thread: write until ``close`` and the queue is empty (or given up)."""
@@ -68,7 +83,29 @@ class Finisher:
         return self._give_up_at is not None and time.monotonic() >= self._give_up_at
 
     def _write(self, batch: list[HeldJob]) -> list[HeldJob]:
-        """Write a batch; return the jobs to try again (row locked, or the database away)."""
+        """Write a batch; return the jobs to try again (row locked, or the database away).
+
+        Large results go in statements of at most ``FINISH_BATCH_BYTES``: the
+        rows one statement writes stay locked (and out of the heartbeat) until
+        it commits.
+        """
+        weights = {job: _weight(job) for job in batch}
+        left: list[HeldJob] = []
+        part: list[HeldJob] = []
+        size = 0
+        for job in batch:
+            if part and size + weights[job] > FINISH_BATCH_BYTES:
+                left += self._write_any(part)
+                part, size = [], 0
+            part.append(job)
+            size += weights[job]
+        if part:
+            left += self._write_any(part)
+        with self._bytes_lock:
+            self._pending_bytes -= sum(weights.values()) - sum(weights.get(job, 0) for job in left)
+        return left
+
+    def _write_any(self, batch: list[HeldJob]) -> list[HeldJob]:
         try:
             return self._write_batch(batch)
         except CONNECTION_ERRORS as exc:
@@ -76,7 +113,7 @@ class Finisher:
             return batch
         except psycopg.Error as exc:
             if len(batch) > 1:
-                return [job for one in batch for job in self._write([one])]
+                return [job for one in batch for job in self._write_any([one])]
             return self._write_unstorable(batch[0], exc)
 
     def _write_batch(self, batch: list[HeldJob]) -> list[HeldJob]:
@@ -128,8 +165,14 @@ class Finisher:
             return []
 
 
+def _weight(job: HeldJob) -> int:
+    """What a settled job's outcome weighs in memory until it is written."""
+    outcome = job.outcome
+    return 0 if outcome is None else len(outcome.result or "") + len(outcome.last_error or "")
+
+
 def _run_delta(job: HeldJob) -> int:
-    return run_delta(started=job.started, counted=job.counted, snoozed=_outcome(job).snoozed)
+    return run_delta(started=job.started, counted=job.counted, snoozed=_outcome(job).gives_back_run)
 
 
 def _outcome(job: HeldJob) -> Outcome:

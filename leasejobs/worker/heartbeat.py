@@ -1,27 +1,30 @@
-"""Heartbeats and timeouts: the thread that keeps held leases alive.
+"""Heartbeats: the thread that keeps held leases alive.
 
 One HEARTBEAT statement per tick extends the lease of every attempt the
-worker holds (buffered, running, or settled and waiting to be written). The
-tick follows the shortest lease held (a third of it by default), recomputed
-whenever a job with a shorter lease is claimed (``poke``), so a task's own
-short lease is heartbeated in time from its first second. The same thread
-enforces ``timeout_seconds``: a body past its deadline gets a timeout
-outcome, and its attempt gets no more heartbeats. It also carries a cancel
-request to the body's ``ctx.cancel_requested``.
+worker holds (in a child's hands, being stopped, or settled and waiting to
+be written). The tick follows the shortest lease held (a third of it by
+default), recomputed whenever a job with a shorter lease is claimed
+(``poke``), so a task's own short lease is heartbeated in time from its
+first second. Each renewal moves on the deadline at which the zygote kills
+a body whose lease could not be renewed. A heartbeat that finds an attempt
+no longer holding its job (taken over, released, its place lost) stops its
+body; one that finds a cancel requested tells the body
+(``ctx.cancel_requested``) and keeps an unstarted job from starting.
 """
 
 import threading
 import time
-from collections.abc import Callable
 
 import psycopg
 
-from leasejobs.connection import CONNECTION_ERRORS
-from leasejobs.store import Outcome, WorkerStore
+from leasejobs import conf
+from leasejobs.db.connection import CONNECTION_ERRORS
+from leasejobs.db.store import WorkerStore
 from leasejobs.worker import rules
 from leasejobs.worker.events import Events
-from leasejobs.worker.held import HeldJob, HeldJobs, Phase
-from leasejobs.worker.outcomes import timeout_outcome
+from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.pool import Pool
+from leasejobs.worker.slots import LEASE_LOST
 
 
 class Heartbeater:
@@ -29,23 +32,27 @@ class Heartbeater:
         self,
         store: WorkerStore,
         held: HeldJobs,
+        pool: Pool,
         events: Events,
         *,
         enabled: bool,
         interval_option: float | None,
         default_lease: float,
-        settle: Callable[[HeldJob, Outcome], bool],
     ) -> None:
         self.store = store
         self.held = held
+        self.pool = pool
         self.events = events
         self.enabled = enabled
         self.interval_option = interval_option
         self.default_lease = default_lease
-        self._settle = settle
         self._poke = threading.Event()
         self._stop = threading.Event()
         self._last_beat = time.monotonic()
+        self._summary_at = time.monotonic()
+        #: How often a working worker says what it did (``done=N failed=N ...``) at INFO.
+        self.summary_seconds = float(conf.get("SUMMARY_SECONDS"))
+        self._summary_counts = dict(held.counts)
 
     def poke(self) -> None:
         """Look again now: a shorter lease was claimed, or a side-effect block ended."""
@@ -64,7 +71,6 @@ class Heartbeater:
         while not self._stop.is_set():
             jobs = self.held.to_beat()
             now = time.monotonic()
-            self._check_timeouts(jobs, now)
             wake_at = now + 1.0
             if self.enabled:
                 next_beat = self._last_beat + self.interval(jobs)
@@ -76,22 +82,20 @@ class Heartbeater:
                     first = False
                     next_beat = now + self.interval(jobs)
                 wake_at = min(wake_at, next_beat)
-            deadlines = [j.deadline for j in jobs if j.deadline is not None and j.phase is Phase.RUNNING]
-            wake_at = min([wake_at, *deadlines])
+            self._summarize(now)
             self._poke.wait(max(0.005, wake_at - time.monotonic()))
             self._poke.clear()
 
-    def _check_timeouts(self, jobs: list[HeldJob], now: float) -> None:
-        for job in jobs:
-            # Only a body still running can time out: a job settled just before its
-            # deadline waits for its finish and must not wake this thread every tick.
-            if job.deadline is None or now < job.deadline or job.phase is not Phase.RUNNING:
-                continue
-            outcome = timeout_outcome(job, self.events.worker_id)
-            if self._settle(job, outcome):
-                # The body may go on, but its writes are fenced off from now.
-                job.ctx.mark_lease_lost()
-                self.events.timeout(job, outcome.last_error or "")
+    def _summarize(self, now: float) -> None:
+        """Once a minute, while the worker works, one INFO line of what it did meanwhile."""
+        if now - self._summary_at < self.summary_seconds:
+            return
+        counts = dict(self.held.counts)
+        delta = {name: n - self._summary_counts.get(name, 0) for name, n in counts.items()}
+        running = len(self.held)
+        if any(delta.values()) or running:
+            self.events.working(now - self._summary_at, delta, running)
+        self._summary_at, self._summary_counts = now, counts
 
     def _alive(self, interval: float, *, first: bool) -> None:
         """The worker's liveness row, refreshed every tick whether or not it holds jobs."""
@@ -112,14 +116,24 @@ class Heartbeater:
         by_key = {(j.key.id, j.key.attempt): j for j in jobs}
         for row in rows:
             job = by_key[(row.id, row.attempt)]
-            if row.cancel_requested and not job.ctx.cancel_requested:
-                job.ctx.mark_cancel_requested()
+            if row.cancel_requested and not job.cancel_requested:
+                job.cancel_requested = True
+                self.pool.cancel(job)
                 self.events.cancel_requested(job)
             if not row.held:
                 if self.held.drop(job):
                     why = "taken over, no longer running, or its place under a limit lost"
-                    self.events.lease_lost(job, f"heartbeat found the job {why}")
+                    self.events.lease_lost(job, f"heartbeat found the job {why}; its body is stopped")
+                    self.pool.stop_body(
+                        job, LEASE_LOST, min(rules.LOST_GRACE_SECONDS, self.interval(jobs) / 2)
+                    )
             elif not row.renewed:
+                # Its body's side-effect block holds the row (no claim can take it); the
+                # block renews the lease as it commits. Under limits, the places are what
+                # could run out meanwhile: renewed, they keep the zygote's watchdog quiet.
+                if job.slots and row.places_renewed >= job.slots:
+                    job.lease_ends = sent + job.lease_seconds
                 self.events.heartbeat_skipped(job)
             else:
                 job.lease_ends = sent + job.lease_seconds
+        self.pool.renewed()

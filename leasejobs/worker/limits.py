@@ -13,7 +13,7 @@ this gate believes.
 
 import time
 
-from leasejobs.store import WorkerStore
+from leasejobs.db.store import WorkerStore
 
 #: How often the worker asks which of its queues have limits.
 REFRESH_SECONDS = 0.5

@@ -3,59 +3,132 @@
 Each function turns what happened to one attempt into the ``Outcome`` the
 finisher writes. None of them may raise on a job's data: an exception whose
 message cannot be read, a NUL in a traceback or a return value PostgreSQL
-cannot store all become that job's error, never a dead thread.
+cannot store all become that job's error, never a dead process.
+
+They are called where the attempt's end is known: in the child that ran the
+body (it returned or raised), and in the worker for the ends a body cannot
+report itself (a timeout, a process that died, a row that cannot run).
 """
 
+import json
+import signal
 import traceback
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from leasejobs import retry
-from leasejobs.errors import ErrorEntry, class_path
-from leasejobs.store import Outcome
-from leasejobs.values import stored_json, stored_text
-from leasejobs.worker.held import HeldJob
+from leasejobs.db.rows import ErrorEntry, stored_json, stored_text
+from leasejobs.db.rows import qualified_name as class_path
+from leasejobs.db.store import Outcome
+from leasejobs.exceptions import ProcessDied, Suspended
+from leasejobs.jobs import retry
+from leasejobs.jobs.context import ClaimedAttempt
 
 
-def error_entry(job: HeldJob, worker_id: str, exception_class: str, trace: str) -> ErrorEntry:
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What an outcome depends on besides what happened: the attempt and the job's counts."""
+
+    job_id: int
+    attempt: int
+    task_name: str
+    #: Started runs of the job, this attempt's included.
+    runs: int
+    max_attempts: int
+    snoozes: int
+    retry_policy: retry.RetryPolicy | None
+    worker_id: str
+
+
+class CountedAttempt(ClaimedAttempt, Protocol):
+    """What the facts of an attempt are read from: a child's ``BodyJob``, the worker's ``HeldJob``."""
+
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def snoozes(self) -> int: ...
+
+
+def facts_for(job: CountedAttempt, policy: retry.RetryPolicy | None, worker_id: str) -> Facts:
+    """The facts of one attempt, the same whether the child or the worker decides its outcome."""
+    return Facts(
+        job_id=job.id,
+        attempt=job.attempt,
+        task_name=job.task_name,
+        runs=job.runs,
+        max_attempts=job.max_attempts,
+        snoozes=job.snoozes,
+        retry_policy=policy,
+        worker_id=worker_id,
+    )
+
+
+def policy_of(task_policy: retry.RetryPolicy | None, stored: str | None) -> retry.RetryPolicy | None:
+    """The retry policy an attempt runs under: the one stored by ``.using(retry=...)``, else its task's.
+
+    ``stored`` is the row's JSON text; one that cannot be read is a ``ValueError``.
+    """
+    if stored is None:
+        return task_policy
+    try:
+        return retry.policy_for(task_policy, json.loads(stored))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ValueError(f"the job's retry policy cannot be read: {type(exc).__name__}: {exc}") from None
+
+
+def error_entry(facts: Facts, exception_class: str, trace: str) -> ErrorEntry:
     """One entry of the job's ``errors`` list (the backend and the admin read these)."""
     return ErrorEntry(
-        attempt=job.key.attempt,
-        worker_id=worker_id,
+        attempt=facts.attempt,
+        worker_id=facts.worker_id,
         exception_class=exception_class,
         traceback=stored_text(trace),
     )
 
 
-def success(job: HeldJob, result: Any) -> Outcome:
+def success(facts: Facts, result: Any, *, cancel_requested: bool) -> Outcome:
     """Done (or cancelled, when a cancel arrived meanwhile), or failed if the result cannot be stored."""
-    status = "cancelled" if job.ctx.cancel_requested else "done"
+    status = "cancelled" if cancel_requested else "done"
     if result is None:
         return Outcome(status=status)
     try:
-        text = stored_json(result, f"the return value of {job.task_name}")
+        text = stored_json(result, f"the return value of {facts.task_name}")
     except (TypeError, ValueError) as exc:
         return Outcome(status="failed", last_error=stored_text(str(exc)))
+    except RecursionError:
+        return Outcome(
+            status="failed",
+            last_error=f"the return value of {facts.task_name} is nested too deep to store as JSON",
+        )
+    except Exception as exc:  # a hostile __repr__, a container that changes while encoded
+        return Outcome(
+            status="failed",
+            last_error=stored_text(f"the return value of {facts.task_name} cannot be stored: {exc!r}"[:500]),
+        )
     return Outcome(status=status, result=text)
 
 
-def failure(job: HeldJob, exc: BaseException, worker_id: str) -> Outcome:
-    """What the job's retry policy says about ``exc`` (``leasejobs.retry.decide``); a cancel ends it.
+def failure(facts: Facts, exc: BaseException, *, cancel_requested: bool) -> Outcome:
+    """What the job's retry policy says about ``exc`` (``leasejobs.jobs.retry.decide``); a cancel ends it.
 
     Retry with backoff while started runs remain, else fail; ``Snooze`` queues
     it for later without an error entry and without counting the run;
-    ``Discard`` fails it now.
+    ``Discard`` fails it now. ``Suspended`` (a durable sleep or wait) queues
+    it with no delay of its own: the row's ``run_at``, which the sleep or
+    wait set, stays; no error entry, the run not counted.
     """
+    if isinstance(exc, Suspended):
+        return Outcome(status="queued", suspended=True)
     try:
         last_line = traceback.format_exception_only(exc)[-1].strip()
         trace = "".join(traceback.format_exception(exc))
-    except Exception:  # a hostile __str__ or __repr__
+    except Exception:  # a hostile __str__ or __repr__, a chain nested too deep
         last_line = f"{type(exc).__name__}: <the exception's message could not be read>"
         trace = last_line
     last_line = stored_text(last_line)
-    entry = error_entry(job, worker_id, class_path(type(exc)), trace)
-    if job.ctx.cancel_requested:
+    entry = error_entry(facts, class_path(type(exc)), trace)
+    if cancel_requested:
         return Outcome(status="cancelled", last_error=last_line, error_entry=entry)
-    decision = retry.decide(job.retry_policy, exc, job.runs, job.max_attempts, job.snoozes)
+    decision = retry.decide(facts.retry_policy, exc, facts.runs, facts.max_attempts, facts.snoozes)
     if decision.action == "snooze":
         return Outcome(status="queued", retry_delay=decision.delay, snoozed=True)
     if decision.action == "retry":
@@ -63,10 +136,32 @@ def failure(job: HeldJob, exc: BaseException, worker_id: str) -> Outcome:
     return Outcome(status="failed", last_error=stored_text(decision.reason or last_line), error_entry=entry)
 
 
-def timeout_outcome(job: HeldJob, worker_id: str) -> Outcome:
+def timeout(facts: Facts, seconds: float | None, *, cancel_requested: bool) -> Outcome:
     """The attempt ran past its task's ``timeout_seconds``: a ``TimeoutError``, as the policy treats it."""
-    timeout = job.task.timeout_seconds if job.task else None
-    return failure(job, TimeoutError(f"job ran past its timeout of {timeout} s"), worker_id)
+    exc = TimeoutError(f"job ran past its timeout of {seconds} s; its body was stopped")
+    return failure(facts, exc, cancel_requested=cancel_requested)
+
+
+def died(facts: Facts, status: int | None, *, after_body: bool, cancel_requested: bool) -> Outcome:
+    """The process running the body died (a signal, ``os._exit``): a ``ProcessDied``, retried as a failure.
+
+    ``status``: its wait status (None when not known); ``after_body``: the body
+    had returned but its outcome was never reported.
+    """
+    return failure(facts, ProcessDied(describe_status(status), after_body), cancel_requested=cancel_requested)
+
+
+def describe_status(status: int | None) -> str:
+    """A wait status in words: ``killed by signal 9 (SIGKILL)``, ``exited with status 3``."""
+    if status is None:
+        return "died (its exit status is not known)"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"was killed by signal {-status} ({name})"
+    return f"exited with status {status}"
 
 
 def refusal(why: str) -> Outcome:

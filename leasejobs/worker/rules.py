@@ -3,75 +3,85 @@
 Nothing here touches a thread, a clock or the database: each rule takes the
 numbers it depends on and returns a decision, so each is tested on its own
 (``tests/unit/test_worker_rules.py``). What a failure becomes (retry, fail,
-snooze, discard, and the retry's delay) is ``leasejobs.retry.decide``.
+snooze, discard, and the retry's delay) is ``leasejobs.jobs.retry.decide``.
 """
 
 import math
 
-#: A buffered job should start within this share of its lease (and within
-#: ``PREFETCH_MAX_WAIT_SECONDS``); the prefetch shrinks as jobs get slower.
-#: A tenth of a second keeps the jobs of one burst spread over the workers
-#: that are there to take them, yet lets a worker claim hundreds of
-#: millisecond jobs in one statement.
-PREFETCH_LEASE_SHARE = 0.1
-PREFETCH_MAX_WAIT_SECONDS = 0.1
+#: A job given to a child ahead of its turn starts within this much of the
+#: child's work (and of its lease): enough for a child of short jobs never to
+#: wait for a claim, few enough that a worker killed from outside leaves
+#: little counted and not run (docs/guarantees.md).
+CHILD_QUEUE_SECONDS = 0.02
+CHILD_QUEUE_LEASE_SHARE = 0.1
 
 #: An explicit ``--heartbeat`` is capped at this share of the shortest lease
 #: held: one late heartbeat must never let a lease run out.
 HEARTBEAT_MAX_LEASE_SHARE = 0.5
 
+#: A body whose lease was found lost is interrupted at once and killed after
+#: this long (at most half a heartbeat interval): it must not run beside the
+#: attempt that holds the job now.
+LOST_GRACE_SECONDS = 1.0
 
-def prefetch_size(
-    *, prefetch: int, concurrency: int, mean_duration: float | None, lease_seconds: float
-) -> int:
-    """How many claimed jobs may wait for a runner, given how long bodies take.
+#: At the end of a stop's ``--grace``, a body still running is interrupted
+#: and killed after this long, then its lease is given back.
+SHUTDOWN_KILL_SECONDS = 1.0
 
-    Up to ``prefetch``, but only as many as the runners will start within a
-    tenth of a second (and of the lease): a buffered job is claimed and
-    heartbeated, yet nobody works on it, so with slow jobs it would only keep
-    them from idle workers elsewhere. Until a body has run (``mean_duration``
-    None), nothing is prefetched: a fresh worker claims free slots only.
+
+def child_depth(*, mean_duration: float | None, prefetch: int, children: int, lease_seconds: float) -> int:
+    """How many jobs one child may hold at once: the one it runs and those it will start next.
+
+    One until a body has run (``mean_duration`` None), or with ``prefetch``
+    0; else as many more as it will start within ``CHILD_QUEUE_SECONDS``
+    (and a tenth of the lease), at most its share of ``prefetch``. Every job a
+    child holds has its run counted: a job waits in a child only as long as
+    the child needs to reach it.
     """
     if not prefetch or mean_duration is None:
-        return 0
-    wait = min(PREFETCH_MAX_WAIT_SECONDS, lease_seconds * PREFETCH_LEASE_SHARE)
-    return min(prefetch, int(concurrency * wait / max(mean_duration, 1e-6)))
+        return 1
+    wait = min(CHILD_QUEUE_SECONDS, lease_seconds * CHILD_QUEUE_LEASE_SHARE)
+    ahead = int(wait / max(mean_duration, 1e-6))
+    return 1 + min(ahead, prefetch // max(1, children))
 
 
-def claim_size(
-    *, concurrency: int, prefetch: int, running: int, buffered: int, claimed: int, max_jobs: int | None
-) -> tuple[int, int, int]:
-    """``(room, worth, counted)`` for the next claim.
+def child_budget(lease_seconds: float) -> float:
+    """The most estimated work a child may hold besides an idle child's first job: 20 ms,
+    and a tenth of the job's lease."""
+    return min(CHILD_QUEUE_SECONDS, lease_seconds * CHILD_QUEUE_LEASE_SHARE)
 
-    ``room``: jobs to claim now (free slots plus free buffer). ``worth``: the
-    least worth a statement; with a prefetch buffer a claim waits until half
-    of it is free, so that a stream of short jobs is claimed many rows per
-    statement. ``counted``: how many of the claimed rows go straight to an
-    idle runner, so their run counts at the claim.
+
+def claim_room(outstanding: list[int], depth: int, *, claimed: int, max_jobs: int | None) -> int:
+    """How many jobs to claim now for children holding ``outstanding`` jobs each (0: not yet).
+
+    A claim fills every child up to ``depth``, once some child is idle or
+    down to half of it: one statement for many rows, and no child waits for
+    one. ``--max-jobs`` caps it.
     """
-    room = concurrency + prefetch - running - buffered
-    worth = (concurrency + prefetch) // 2 if prefetch else 1
-    if max_jobs is not None:
-        left = max_jobs - claimed
-        room, worth = min(room, left), min(worth, left)
-    counted = max(0, min(room, concurrency - running - buffered))
-    return room, max(1, worth), counted
-
-
-def limited_claim_size(
-    *, concurrency: int, running: int, buffered: int, claimed: int, max_jobs: int | None
-) -> tuple[int, int]:
-    """``(room, counted)`` for a claim of jobs under limits.
-
-    Room for every runner not running a body, whatever the buffer holds: the
-    buffer is short (``prefetch_size``), and counting it out would let a
-    stream of plain jobs keep limited ones from ever being claimed on a busy
-    worker. ``counted``: the rows that find a runner idle and start at once.
-    """
-    room = concurrency - running
+    room = sum(max(0, depth - n) for n in outstanding)
+    due = any(n == 0 or n <= depth // 2 for n in outstanding)
     if max_jobs is not None:
         room = min(room, max_jobs - claimed)
-    return max(0, room), max(0, min(room, concurrency - running - buffered))
+    return room if due and room > 0 else 0
+
+
+def watchdog_margin(lease_seconds: float) -> float:
+    """How long before a lease's end the zygote kills a body that is still running under it.
+
+    The lease a worker knows runs from just before its claim or heartbeat
+    was sent, which is before the database stamped it; the margin covers the
+    zygote's look every 50 ms and the kill itself.
+    """
+    return min(0.25, 0.1 * lease_seconds)
+
+
+def stop_reason(flags: int) -> str:
+    """Why a body is being stopped, from its slot's flags (``leasejobs.worker.slots``)."""
+    if flags & 4:
+        return "it ran past its timeout_seconds"
+    if flags & 1:
+        return "its lease was lost: another attempt may hold the job now"
+    return "the worker is stopping and its grace period is over"
 
 
 def heartbeat_interval(option: float | None, shortest_lease: float) -> float:

@@ -12,7 +12,7 @@ import threading
 import time
 
 
-class Phase(enum.Enum):
+class ShutdownPhase(enum.Enum):
     RUNNING = "running"
     DRAINING = "draining"
     RELEASING = "releasing"
@@ -22,15 +22,15 @@ class Phase(enum.Enum):
 class Shutdown:
     def __init__(self, grace_seconds: float) -> None:
         self.grace_seconds = grace_seconds
-        self.phase = Phase.RUNNING
+        self.phase = ShutdownPhase.RUNNING
         self.grace_deadline: float | None = None
         #: Set by the first stop request: no new claims, no new starts.
         self.requested = threading.Event()
 
     def request(self) -> bool:
         """A stop signal; True for the first (grace starts), False for a later one (grace ends now)."""
-        if self.phase is Phase.RUNNING:
-            self.phase = Phase.DRAINING
+        if self.phase is ShutdownPhase.RUNNING:
+            self.phase = ShutdownPhase.DRAINING
             self.grace_deadline = time.monotonic() + self.grace_seconds
             self.requested.set()
             return True
@@ -41,7 +41,7 @@ class Shutdown:
         return self.grace_deadline is not None and time.monotonic() >= self.grace_deadline
 
     def releasing(self) -> None:
-        self.phase = Phase.RELEASING
+        self.phase = ShutdownPhase.RELEASING
 
     def stopped(self) -> None:
-        self.phase = Phase.STOPPED
+        self.phase = ShutdownPhase.STOPPED

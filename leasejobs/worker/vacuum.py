@@ -42,8 +42,8 @@ from typing import NamedTuple
 import psycopg
 from psycopg.errors import Diagnostic
 
-from leasejobs import sql
-from leasejobs.connection import CONNECTION_ERRORS, WorkerConnection
+from leasejobs.db import maintenance
+from leasejobs.db.connection import CONNECTION_ERRORS, WorkerConnection
 from leasejobs.worker import rules
 from leasejobs.worker.events import Events, describe
 
@@ -177,7 +177,7 @@ class Vacuumer:
                 return False
             self._notices.clear()
             began = time.perf_counter()
-            self._conn.execute(sql.VACUUM)
+            maintenance.vacuum_jobs(self._conn)
             seconds = time.perf_counter() - began
         except psycopg.Error as exc:  # a lost connection, a cancel: later, not at once
             if self._stop.is_set():
@@ -235,7 +235,7 @@ class Vacuumer:
     def _may_vacuum(self) -> bool:
         """Ask PostgreSQL; a role that may not read the catalog is taken as not allowed."""
         try:
-            rows = self._conn.execute(sql.MAY_VACUUM)
+            rows = maintenance.may_vacuum(self._conn)
         except CONNECTION_ERRORS:
             raise
         except psycopg.Error as exc:
@@ -258,7 +258,7 @@ class Vacuumer:
     def _read(self) -> Look | None:
         """The look, or None: no table yet, or a failure (said once; a role that may not read it: off)."""
         try:
-            rows = self._conn.execute(sql.VACUUM_LOOK)
+            rows = maintenance.look(self._conn)
         except psycopg.errors.InsufficientPrivilege as exc:
             self._not_allowed(f"its role may not read the table's statistics ({describe(exc)})")
             return None

@@ -2,9 +2,12 @@
 
 ``list`` prints the matching jobs; ``retry`` and ``cancel`` change every
 matching job the way the admin actions do, each fenced on the status and
-attempt it was matched with (see ``leasejobs.bulk``): a job a worker claimed
+attempt it was matched with (see ``leasejobs.operations.bulk``): a job a worker claimed
 or finished meanwhile is left alone and counted. ``--dry-run`` prints how
-many jobs would change and changes nothing.
+many jobs would change and changes nothing. ``--workflow ID`` matches the
+jobs of one workflow; ``cancel --workflow ID`` with no ``--status`` cancels
+every unfinished job of it, running ones through a cancel request (what
+``leasejobs.cancel_workflow`` does).
 """
 
 import datetime as dt
@@ -14,14 +17,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 
-from leasejobs import bulk
-from leasejobs.management.arguments import duration, positive_int
+from leasejobs.management.arguments import duration, positive_int, refusing
 from leasejobs.models import Job
+from leasejobs.operations import bulk
 
 #: What ``retry`` and ``cancel`` change when no --status is given.
 DEFAULT_STATUS: dict[str, list[str]] = {"retry": [Job.Status.FAILED], "cancel": [Job.Status.QUEUED]}
 
 
+@refusing("a job status", f"{', '.join(Job.Status.values)}, or several with commas")
 def statuses(text: str) -> list[str]:
     """A comma-separated list of job statuses."""
     names = [s.strip() for s in text.split(",") if s.strip()]
@@ -31,7 +35,8 @@ def statuses(text: str) -> list[str]:
     return names
 
 
-statuses.__name__ = f"status ({', '.join(Job.Status.values)}, or several with commas)"
+#: The first line of ``list``: the columns, tab-separated like the rows.
+HEADER = "id\tstatus\tattempt\tqueue\ttask\tcreated (UTC)\tlast error"
 
 
 class Command(BaseCommand):
@@ -59,6 +64,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--error", metavar="TEXT", help="The last error contains TEXT (any case).")
         parser.add_argument(
+            "--workflow",
+            type=positive_int,
+            metavar="ID",
+            help="The jobs of this workflow (cancel: queued and running ones unless --status is given).",
+        )
+        parser.add_argument(
             "--all", action="store_true", help="retry/cancel: allow no filter but the default status."
         )
         parser.add_argument("--dry-run", action="store_true", help="Print how many jobs would change.")
@@ -69,14 +80,19 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
         narrowed = any(
-            options[k] is not None for k in ("status", "task", "queue", "older_than", "newer_than", "error")
+            options[k] is not None
+            for k in ("status", "task", "queue", "older_than", "newer_than", "error", "workflow")
         )
         if action != "list" and not narrowed and not options["all"]:
             raise CommandError(
                 f"{action} changes every {DEFAULT_STATUS[action][0]} job when no filter is given; "
-                "give a filter (--status, --task, --queue, --older-than, --newer-than, --error) or --all."
+                "give a filter (--status, --task, --queue, --older-than, --newer-than, --error, --workflow) "
+                "or --all."
             )
-        jobs = self.matching(options, DEFAULT_STATUS.get(action))
+        default = DEFAULT_STATUS.get(action)
+        if action == "cancel" and options["workflow"] is not None:
+            default = [Job.Status.QUEUED, Job.Status.RUNNING]
+        jobs = self.matching(options, default)
         if action == "list":
             self.list(jobs, options["limit"], options["dry_run"])
             return
@@ -106,6 +122,8 @@ class Command(BaseCommand):
             jobs = jobs.filter(created_at__gte=Now() - dt.timedelta(seconds=options["newer_than"]))
         if options["error"] is not None:
             jobs = jobs.filter(last_error__icontains=options["error"])
+        if options["workflow"] is not None:
+            jobs = jobs.filter(workflow_id=options["workflow"])
         return jobs
 
     def list(self, jobs: QuerySet[Job], limit: int, dry_run: bool) -> None:
@@ -115,6 +133,7 @@ class Command(BaseCommand):
         rows = jobs.order_by("-id").only(
             "id", "task_name", "queue", "status", "attempt", "max_attempts", "created_at", "last_error"
         )[:limit]
+        self.stdout.write(HEADER)
         for job in rows:
             error = job.last_error.splitlines()[0][:100] if job.last_error else ""
             self.stdout.write(

@@ -1,6 +1,6 @@
 """``manage.py leasejobs_prune --older-than 7d``: delete finished jobs in batches.
 
-The work is ``leasejobs.prune.prune``; this command parses its options and
+The work is ``leasejobs.operations.prune.prune``; this command parses its options and
 prints one line of what it deleted.
 """
 
@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from leasejobs.management.arguments import duration, non_negative_float, positive_int
-from leasejobs.prune import prune
+from leasejobs.operations.prune import prune
 
 
 class Command(BaseCommand):
@@ -64,5 +64,5 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Pruned {done.jobs:,} finished job(s) finished before {done.cutoff:%Y-%m-%d %H:%M:%S %Z} "
             f"in {done.batches} batch(es) of at most {batch:,}, {done.seconds:.1f} s; "
-            f"side-effect keys {kept}."
+            f"side-effect keys {kept}; {done.events:,} event(s) sent before the cutoff deleted."
         )

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from leasejobs import controls
+from leasejobs.queues import controls
 
 
 class Command(BaseCommand):

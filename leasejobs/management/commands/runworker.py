@@ -11,11 +11,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from leasejobs import autovacuum, conf, observe, pooling
+from leasejobs import conf
 from leasejobs.conf import db_alias
-from leasejobs.connection import connection_params
-from leasejobs.discovery import discover
-from leasejobs.logformat import JsonFormatter
+from leasejobs.db import maintenance, pooling
+from leasejobs.db.connection import connection_params
+from leasejobs.db.rows import validate_queue, validate_worker_id
+from leasejobs.jobs.discovery import discover
 from leasejobs.management.arguments import (
     non_negative_float,
     non_negative_int,
@@ -23,14 +24,16 @@ from leasejobs.management.arguments import (
     positive_float,
     positive_int,
 )
-from leasejobs.validators import validate_queue, validate_worker_id
+from leasejobs.observability import observe
+from leasejobs.observability.logformat import JsonFormatter
+from leasejobs.operations import autovacuum
 from leasejobs.worker import Worker, WorkerOptions
 
 
 class Command(BaseCommand):
     help = (
-        "Run a leasejobs worker: claim due jobs, run them in threads under a heartbeated lease, "
-        "and stop cleanly on SIGTERM/SIGINT."
+        "Run a leasejobs worker: claim due jobs, run their bodies in child processes under a "
+        "heartbeated lease, and stop cleanly on SIGTERM/SIGINT."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,14 +49,27 @@ class Command(BaseCommand):
             type=positive_int,
             default=4,
             metavar="N",
-            help="Jobs run at once, one thread each (default 4).",
+            help="Job bodies run at once, each in a child process of its own (default 4).",
+        )
+        parser.add_argument(
+            "--max-jobs-per-child",
+            type=positive_int,
+            metavar="N",
+            help="A child process leaves after N bodies and a fresh one takes its place (default: never).",
+        )
+        parser.add_argument(
+            "--max-memory-per-child",
+            type=positive_int,
+            metavar="MIB",
+            help="A child process leaves after a body once its own memory passes this many MiB "
+            "(default: never).",
         )
         parser.add_argument(
             "--prefetch",
             type=non_negative_int,
             metavar="N",
-            help="Claim up to N jobs ahead of free slots, fewer as jobs get slower "
-            "(default LEASEJOBS['PREFETCH']; 0: free slots only).",
+            help="Give the child processes up to N jobs ahead of the ones they run, only as many as "
+            "start within 20 ms (default LEASEJOBS['PREFETCH']; 0: none ahead).",
         )
         parser.add_argument(
             "--lease",
@@ -77,7 +93,16 @@ class Command(BaseCommand):
             metavar="ALIAS",
             help="The DATABASES alias holding the queue (default LEASEJOBS['DATABASE'], 'default').",
         )
-        parser.add_argument("--burst", action="store_true", help="Exit 0 once no job is ready to claim.")
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit 0 once no job is ready to claim (it says how many retries wait for later).",
+        )
+        parser.add_argument(
+            "--wait-for-retries",
+            action="store_true",
+            help="With --burst: exit only once no retry or snooze of its queues waits for later either.",
+        )
         parser.add_argument(
             "--max-jobs",
             type=positive_int,
@@ -131,14 +156,15 @@ class Command(BaseCommand):
         self._check_database()
         worker_options.connections = _connection_plan()
         discover()
+        _tune_garbage_collector()
         worker = Worker(worker_options)
+        worker.start_children()  # forks the zygote: before observe.start's metrics thread
         try:
             observe.start(worker.worker_id, worker_options.concurrency, options["metrics_port"])
         except (RuntimeError, OSError) as exc:
             raise CommandError(f"Cannot serve metrics: {exc}.") from None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: worker.request_stop())
-        _tune_garbage_collector()
         worker.run()
 
     def _worker_options(self, options: dict[str, Any]) -> WorkerOptions:
@@ -151,6 +177,8 @@ class Command(BaseCommand):
                 validate_worker_id(worker_id, "--worker-id")
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        if options["wait_for_retries"] and not options["burst"]:
+            raise CommandError("--wait-for-retries only makes sense with --burst; add --burst.")
         if options["heartbeat"] and options["no_heartbeat"]:
             raise CommandError("--heartbeat and --no-heartbeat contradict each other; give one.")
         result = WorkerOptions(
@@ -160,11 +188,16 @@ class Command(BaseCommand):
             heartbeat_seconds=options["heartbeat"],
             heartbeat=not options["no_heartbeat"],
             burst=options["burst"],
+            wait_for_retries=options["wait_for_retries"],
             max_jobs=options["max_jobs"],
             grace_seconds=options["grace"],
             prefetch=options["prefetch"],
             periodic=not options["no_periodic"],
             vacuum=not options["no_vacuum"],
+            max_jobs_per_child=options["max_jobs_per_child"],
+            max_memory_per_child=(
+                None if options["max_memory_per_child"] is None else options["max_memory_per_child"] * 2**20
+            ),
         )
         if worker_id:
             result.worker_id = worker_id
@@ -187,14 +220,14 @@ class Command(BaseCommand):
         where = f"{params.get('host') or 'local socket'}:{params.get('port') or 5432}/{params.get('dbname')}"
         try:
             with psycopg.connect(**params) as conn:
-                found = conn.execute("SELECT to_regclass('leasejobs_job') IS NOT NULL").fetchone()
+                found = maintenance.table_exists(conn)
                 unvacuumed = autovacuum.status_problem(conn)
         except psycopg.Error as exc:
             raise CommandError(
                 f"Cannot reach the database at {where} ({_reason(exc)}). Check DATABASE_URL or "
                 f"DATABASES[{db_alias()!r}] and that PostgreSQL is running."
             ) from None
-        if not (found and found[0]):
+        if not found:
             raise CommandError(
                 f"The leasejobs tables are missing in {where}: run `python manage.py migrate` first."
             )
@@ -259,13 +292,14 @@ def _tune_garbage_collector() -> None:
 
     Everything imported so far (Django, the project, its tasks) lives as long
     as the process: frozen, a full collection looks only at what jobs made
-    (each used to walk the whole project: about 0.1 s per 100,000 no-op jobs).
+    (each used to walk the whole project: about 0.1 s per 100,000 no-op jobs),
+    and the children forked afterwards share those pages with the zygote
+    instead of copying each one a collection would touch.
     A claim makes a few objects per job that stay alive until the job ends, so
     the default young-generation threshold collected in the middle of nearly
     every claim and moved those objects up a generation to be walked again;
     at 10,000 most of them are gone by the next collection. Together this
-    took the collector from about 3 µs to well under 1 µs per no-op job
-    (``gc.callbacks``, one worker, 100,000 jobs).
+    cut the collector's cost per no-op job to a fraction (docs/performance.md).
     """
     gc.freeze()
     _, older, oldest = gc.get_threshold()

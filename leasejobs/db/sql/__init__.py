@@ -1,0 +1,86 @@
+"""Every statement leasejobs runs, by name: one module per table or caller.
+
+- ``enqueue``: enqueue and the concurrency keys' places (Django's connection);
+- ``claim``: the worker's claims, plain and under queue controls;
+- ``leases``: heartbeat, finish and release (the worker's connections);
+- ``side_effects``: the side-effect fence (Django's connection, in the body's transaction);
+- ``steps``: durable steps, sleeps, waits and events (in the body's fenced
+  transaction, or the sender's);
+- ``admin``: the admin's and the command's fenced release, cancel and retry;
+- ``prune``: pruning finished jobs; ``vacuum``: the worker's vacuum thread and
+  the autovacuum check; ``charts``: the overview's charts;
+- ``queues``: queue controls and figures; ``workers``: the worker rows;
+- ``periodic``: the periodic scheduler; ``connections``: the one-line
+  statements of connection set-up and checks;
+- ``fragments``: the pieces several statements share (the fencing predicate,
+  the freeing of places, the NOTIFY of queues), written once;
+- ``clock``: ``at_clock``, the statements at a clock a test binds (the
+  protocol simulation).
+
+The worker's statements are also importable from this package by name
+(``sql.CLAIM``), as they were from ``leasejobs.sql``.
+
+Claim, heartbeat, finish and release run on the worker's own psycopg
+connections; enqueue and the side-effect fence run on Django's connection so
+they join the caller's transaction. All of them are single statements with
+bound parameters (nothing is ever formatted into the SQL text) and all
+timestamps come from the database clock (``now()``): worker clocks never
+decide who holds a lease.
+
+The fencing rule, in one sentence: every write made on behalf of an attempt
+matches the row on ``id AND attempt = <token> AND leased_by = <worker> AND
+status = 'running'``, so once another claim has bumped ``attempt`` (or the
+job left ``running``, or another worker holds it) the stale attempt's write
+matches nothing.
+
+Heartbeat, finish and release must find each of their rows by primary key,
+whatever the table's statistics say: those lag behind a burst of enqueued
+jobs (autovacuum analyzes up to a minute later), and the planner then
+believes almost no row is running. With a plain join on ``status =
+'running'`` it walked the whole claim index for every batch, or scanned the
+whole table (docs/performance.md has the figures).
+So each looks its rows up in a LATERAL subquery, one primary-key probe per
+id (the FOR UPDATE or LIMIT in it keeps the planner from flattening it into
+a join), and tests the status as ``status IS NOT DISTINCT FROM 'running'``:
+the same test, as the column is NOT NULL, but one the planner cannot match to
+the claim index's predicate (``status IN ('queued', 'running')``), so the
+primary key is the only index left for the probe.
+"""
+
+from leasejobs.db.sql.admin import ADMIN_CANCEL, ADMIN_RELEASE, ADMIN_RETRY
+from leasejobs.db.sql.claim import CLAIM, CLAIM_LIMITED, LIMITS_APPLY, PENDING_RETRIES
+from leasejobs.db.sql.clock import CLOCK_PARAMETER, at_clock
+from leasejobs.db.sql.enqueue import BULK_ENQUEUE, ENQUEUE, ENQUEUE_PLAIN, KEY_PLACES
+from leasejobs.db.sql.leases import FINISH, HEARTBEAT, RELEASE
+from leasejobs.db.sql.prune import PRUNE_JOBS, PRUNE_ORPHAN_SIDE_EFFECTS, PRUNE_PICK, PRUNE_SIDE_EFFECTS
+from leasejobs.db.sql.side_effects import FENCE_CHECK, RECORD_SIDE_EFFECT, RENEW_LEASE
+from leasejobs.db.sql.vacuum import MAY_VACUUM, VACUUM, VACUUM_LOOK
+
+__all__ = [
+    "ADMIN_CANCEL",
+    "ADMIN_RELEASE",
+    "ADMIN_RETRY",
+    "BULK_ENQUEUE",
+    "CLAIM",
+    "CLAIM_LIMITED",
+    "CLOCK_PARAMETER",
+    "ENQUEUE",
+    "ENQUEUE_PLAIN",
+    "FENCE_CHECK",
+    "FINISH",
+    "HEARTBEAT",
+    "KEY_PLACES",
+    "LIMITS_APPLY",
+    "MAY_VACUUM",
+    "PENDING_RETRIES",
+    "PRUNE_JOBS",
+    "PRUNE_ORPHAN_SIDE_EFFECTS",
+    "PRUNE_PICK",
+    "PRUNE_SIDE_EFFECTS",
+    "RECORD_SIDE_EFFECT",
+    "RELEASE",
+    "RENEW_LEASE",
+    "VACUUM",
+    "VACUUM_LOOK",
+    "at_clock",
+]

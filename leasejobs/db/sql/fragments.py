@@ -1,0 +1,38 @@
+"""Pieces of SQL that several statements share, written once.
+
+The statements embed them with f-strings when the module is loaded: the text
+the database receives is the same as when each was spelled out
+(tests/unit/test_statements.py holds it to a snapshot)."""
+
+#: Free the concurrency and key places (not rate places, which run out on
+#: their own) of the attempts a statement wrote: the start of the UPDATE,
+#: followed by the FROM and WHERE that name them.
+FREE_PLACES = "UPDATE leasejobs_slot AS s SET job_id = NULL, attempt = NULL, held_until = NULL"
+
+
+def fence(alias: str, depth: int) -> str:
+    """The fencing predicate: the job row ``j`` is still the attempt ``alias`` holds.
+
+    It matches on id AND attempt AND holder AND running, so once another claim
+    has bumped ``attempt`` (or the job left ``running``, or another worker holds
+    it) a stale attempt matches nothing. ``depth``: the indent of the line the
+    predicate starts on, for its second line. The status is tested as ``IS NOT
+    DISTINCT FROM``: see this package's docstring.
+    """
+    return (
+        f"WHERE j.id = {alias}.id AND j.attempt = {alias}.attempt AND j.leased_by = %(worker_id)s\n"
+        f"{' ' * (depth + 2)}AND j.status IS NOT DISTINCT FROM 'running'"
+    )
+
+
+def notify_queues(source: str) -> str:
+    """Wake the workers of each queue of the rows of ``source`` (a CTE with a ``queue``
+    column), once per queue, when the transaction commits."""
+    return f"SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM {source}) AS q"
+
+
+#: Never due: the ``run_at`` of a job waiting for its parents (a workflow's)
+#: or for an event with no timeout (a durable wait). A finite timestamp, not
+#: ``'infinity'``, which Python's datetime cannot hold (the admin and the ORM
+#: read ``run_at``).
+NEVER = "9999-01-01 00:00:00+00"

@@ -1,0 +1,1 @@
+"""What leasejobs reports: events fanned out to signals, metrics, traces and logs."""

@@ -1,0 +1,1 @@
+"""Operations on the queue: pruning, fenced bulk changes, autovacuum checks."""

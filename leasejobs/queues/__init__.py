@@ -1,0 +1,1 @@
+"""Queues: their controls (pause, limits) and their figures."""

@@ -1,0 +1,213 @@
+"""Which child runs which job: the pool's state, and the claimer's and heartbeat's side of it.
+
+The claimer asks how much room the children have and hands them the jobs it
+claimed (``assign``): each goes to the child with the least estimated work,
+within ``rules.child_budget``; the heartbeat moves each child's watchdog
+deadline on when leases are renewed. This module holds the state every part
+of the pool shares (the children, the backlog, the jobs to give back, the
+measured durations) and the rules that place a job; it sends nothing: the
+pool thread does (``leasejobs.worker.pool``).
+"""
+
+import contextlib
+import heapq
+import os
+import selectors
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from leasejobs.worker import rules
+from leasejobs.worker.childstate import ChildState
+from leasejobs.worker.events import Events
+from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.messages import BodyJob
+from leasejobs.worker.slots import SlotTable
+from leasejobs.worker.zygote import Zygote
+
+
+class JobAssignment:
+    """The pool's shared state, and the placing of jobs on children (see the module docstring)."""
+
+    def __init__(
+        self,
+        slots: SlotTable,
+        held: HeldJobs,
+        events: Events,
+        *,
+        finish: Callable[[HeldJob], None],
+        work_wanted: Callable[[], None],
+        stop_grace: float,
+        watch: bool = True,
+    ) -> None:
+        """``watch``: kill a body that outlives its lease (off with ``--no-heartbeat``)."""
+        #: Forked by ``Worker.start_children`` (before any thread), set before ``start``.
+        self.zygote: Zygote | None = None
+        self.slots = slots
+        self.held = held
+        self.events = events
+        self._finish = finish
+        self._work_wanted = work_wanted
+        self.stop_grace = stop_grace
+        self.watch = watch
+        self.lock = threading.Lock()
+        self._children: list[ChildState] = []
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        #: Jobs whose child never started them, waiting for another child.
+        self._backlog: deque[HeldJob] = deque()
+        #: Jobs to give back (never started, or stopped at the end of a stop's grace).
+        self._given_back: list[HeldJob] = []
+        self._stopping = False
+        self._closed = False
+        self._count = 0
+        #: Each task's smoothed body duration (seconds): how long its jobs are
+        #: expected to keep a child busy.
+        self.durations: dict[str, float] = {}
+        #: The smoothed estimate of the jobs claimed lately, None until a body has
+        #: run: how many jobs a claim may take for each child.
+        self.mean_duration: float | None = None
+        self.bytes_held = 0
+        self.children_started = 0
+        self.children_died = 0
+
+    def _forks(self) -> Zygote:
+        assert self.zygote is not None, "Worker.start_children forks the zygote before the pool starts"
+        return self.zygote
+
+    def _wake(self) -> None:
+        """Wake the pool thread (it sends what was assigned, looks at bodies)."""
+        with contextlib.suppress(BlockingIOError):  # a wake-up is pending already
+            os.write(self._wake_w, b"x")
+
+    # -- the claimer's side --------------------------------------------------------
+
+    def outstanding(self) -> tuple[list[int], int]:
+        """How many jobs each child with room holds, and how many wait for a child.
+
+        A child whose estimated work fills its budget (a body of a slow task, or
+        of a task not seen yet) has no room, whatever its count.
+        """
+        with self.lock:
+            if self._stopping:
+                return [], 0
+            budget = rules.CHILD_QUEUE_SECONDS
+            counts = [
+                len(c.outstanding)
+                for c in self._children
+                if c.accepting and (not c.outstanding or c.queued_seconds < budget)
+            ]
+            return counts, len(self._backlog)
+
+    def may_have_started(self, job: HeldJob) -> bool:
+        """Whether ``job``'s body may have started, reported or not (its child's slot says so)."""
+        with self.lock:
+            if job.started:
+                return True
+            return job.child >= 0 and job.seq <= self.slots[job.child].started
+
+    def idle_children(self) -> int:
+        """Children holding no job: what a claim of jobs under limits may fill (they start at once)."""
+        with self.lock:
+            if self._stopping:
+                return 0
+            return sum(1 for c in self._children if c.accepting and not c.outstanding)
+
+    def estimate(self, job: HeldJob) -> float:
+        """How long ``job`` will keep a child busy: its task's mean, or a whole queue's worth if unknown."""
+        return self.durations.get(job.task_name, rules.CHILD_QUEUE_SECONDS)
+
+    def assign(self, jobs: list[HeldJob]) -> list[HeldJob]:
+        """Give claimed jobs to the children with the least work, in claim order; returns those
+        no child has room for (to be given back).
+
+        A child takes a job while the work it holds stays within
+        ``rules.child_budget`` (judged by each task's own mean duration), and an
+        idle child always takes one: so a job never waits in a child behind
+        more than a few milliseconds of others' work, whatever the mix of tasks.
+        """
+        if not jobs:
+            return []
+        overflow: list[HeldJob] = []
+        with self.lock:
+            ready = [c for c in self._children if c.accepting]
+            if not ready:
+                self._backlog.extend(jobs)
+            else:
+                least = [(c.queued_seconds, i) for i, c in enumerate(ready)]
+                heapq.heapify(least)
+                for job in jobs:
+                    queued, i = least[0]
+                    estimate = self.estimate(job)
+                    if queued > 0 and queued + estimate > rules.child_budget(job.lease_seconds):
+                        overflow.append(job)
+                        continue
+                    self._hand(ready[i], job)
+                    heapq.heapreplace(least, (queued + estimate, i))
+                    self.mean_duration = rules.mean_duration(self.mean_duration, estimate)
+                for child in ready:
+                    self._set_deadline(child)
+        self._wake()
+        return overflow
+
+    def _give(self, job: HeldJob) -> None:
+        """Hand one job to the accepting child with the least work if it has room (else to
+        the backlog, for the next look); lock held."""
+        ready = [c for c in self._children if c.accepting]
+        child = min(ready, key=lambda c: c.queued_seconds, default=None)
+        if child is None or (
+            child.queued_seconds > 0
+            and child.queued_seconds + self.estimate(job) > rules.child_budget(job.lease_seconds)
+        ):
+            self._backlog.append(job)
+            return
+        self._hand(child, job)
+        self._set_deadline(child)
+
+    def _hand(self, child: ChildState, job: HeldJob) -> None:
+        """``job`` is ``child``'s now, to be sent with the pool thread's next look; lock held."""
+        child.next_seq += 1
+        job.child, job.seq = child.index, child.next_seq
+        child.outstanding[job.seq] = job
+        job.estimate = self.estimate(job)
+        child.queued_seconds += job.estimate
+        self.bytes_held += job.bytes
+        assert job.args is not None and job.kwargs is not None
+        child.to_send.append(
+            BodyJob(
+                job.seq,
+                job.key.id,
+                job.key.attempt,
+                job.task_name,
+                job.args,
+                job.kwargs,
+                job.retry_policy,
+                job.trace_context,
+                job.runs,
+                job.max_attempts,
+                job.snoozes,
+                job.queue,
+                job.lease_seconds,
+                job.lease_ends - rules.watchdog_margin(job.lease_seconds),
+                job.slots,
+            )
+        )
+
+    # -- the heartbeat's side --------------------------------------------------------
+
+    def renewed(self) -> None:
+        """Leases were renewed: move each child's watchdog deadline on."""
+        with self.lock:
+            for child in self._children:
+                self._set_deadline(child)
+
+    def _set_deadline(self, child: ChildState) -> None:
+        """The zygote kills the child's running body once the first lease it holds runs out; lock held."""
+        if not child.outstanding:
+            return
+        deadline = min(
+            j.lease_ends - rules.watchdog_margin(j.lease_seconds) for j in child.outstanding.values()
+        )
+        self.slots.set_deadline(child.index, deadline)

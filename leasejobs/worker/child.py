@@ -1,0 +1,355 @@
+"""A worker's child: the process that runs job bodies, one at a time, in the order given.
+
+The zygote forks it with Django and the tasks imported; it waits for jobs
+on its socket, runs each body through ``leasejobs.worker.body.run`` and
+reports how each ended. It never claims, heartbeats or finishes: the worker
+does, in a process no body can starve of the GIL, crash or fill with memory.
+
+Before a body starts, the child writes the job's assignment number into its
+slot (``started``, then ``running``): if it dies, the worker knows exactly
+which bodies had started. A job that waited in the child past its lease
+(the worker was paused) does not start.
+
+A body the worker stops (timeout, lost lease, the worker stopping) gets
+``BodyStopped`` raised in it when the worker sends SIGUSR1 and the slot's
+flags say so; once it has ended, the child reports it and leaves, since a
+body interrupted mid-way may have left its process in any state. If it does
+not end within the worker's grace, the worker has it killed.
+
+Each body's report is sent before the next body starts (a body that kills
+the process must not take its neighbours' outcomes with it); the child
+looks for news from the worker (a revoke, a stop) at least every
+``REPORT_LINGER_SECONDS`` while it works through its jobs.
+"""
+
+import contextlib
+import json
+import logging
+import math
+import random
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from asgiref.sync import SyncToAsync
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from leasejobs.exceptions import BodyStopped, LeaseLost
+from leasejobs.observability import observe
+from leasejobs.worker import body, outcomes, rules
+from leasejobs.worker.channel import ChildChannel
+from leasejobs.worker.messages import (
+    LEAVING,
+    REVOKE,
+    RUN,
+    STOP,
+    UNSTARTED,
+    BodyJob,
+    Ended,
+    body_jobs,
+    ended_message,
+)
+from leasejobs.worker.slots import (
+    BLOCK_ROW_LOCKED,
+    BLOCK_WITH_PLACES,
+    LEASE_LOST,
+    NO_BLOCK,
+    STOPPED,
+    TIMED_OUT,
+    SlotTable,
+)
+
+logger = logging.getLogger("leasejobs.worker")
+
+#: How often a child looks for news from the worker while it works through its jobs.
+REPORT_LINGER_SECONDS = 0.001
+
+#: How often a child measures its memory (``--max-memory-per-child``).
+MEMORY_CHECK_SECONDS = 0.1
+
+#: The flags for which a running body is stopped.
+_STOP_FLAGS = LEASE_LOST | TIMED_OUT | STOPPED
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """What every child of a worker is told at its fork."""
+
+    worker_id: str
+    #: Leave after this many bodies (``--max-jobs-per-child``), None: never.
+    max_jobs: int | None = None
+    #: Leave once the process's own memory passes this many bytes
+    #: (``--max-memory-per-child``), None: never.
+    max_memory: int | None = None
+
+
+def main(fd: int, index: int, *, slots: SlotTable, config: ChildConfig) -> int:
+    """The child's life: runs in the forked process; returns its exit status."""
+    random.seed()  # each child its own retry jitter, not the zygote's sequence
+    # Not SIG_IGN: an ignored signal stays ignored across exec, and a body's
+    # subprocess must still end on terminate(). A handler is reset by exec.
+    signal.signal(signal.SIGINT, _ignore)
+    signal.signal(signal.SIGTERM, _ignore)
+    child = Child(ChildChannel(fd), index, slots, config)
+    signal.signal(signal.SIGUSR1, child.interrupt)
+    observe.start_in_child()
+    return child.run()
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """SIGINT and SIGTERM are the worker's to act on (a supervisor may send them to every process)."""
+
+
+class SlotView:
+    """One body's view of its slot, given to its ``JobContext``."""
+
+    __slots__ = ("_slot", "_slots", "index", "seq")
+
+    def __init__(self, slots: SlotTable, index: int, seq: int) -> None:
+        self._slots = slots
+        self._slot = slots[index]
+        self.index = index
+        self.seq = seq
+
+    def flags(self) -> int:
+        return self._slots.flags(self.index, self.seq)
+
+    def block_started(self, places: int) -> None:
+        self._slot.block = BLOCK_WITH_PLACES if places else BLOCK_ROW_LOCKED
+
+    def block_ended(self, renewed_until: float | None) -> None:
+        # The renewed lease first, then the end of the block: the zygote never
+        # sees the block over without the lease its commit renewed.
+        if renewed_until is not None:
+            self._slot.block_deadline = renewed_until
+            self._slot.block_seq = self.seq
+        self._slot.block = NO_BLOCK
+
+
+class Child:
+    def __init__(self, channel: ChildChannel, index: int, slots: SlotTable, config: ChildConfig) -> None:
+        self.channel = channel
+        self.index = index
+        self.slots = slots
+        self.slot = slots[index]
+        self.config = config
+        self.queue: deque[BodyJob] = deque()
+        self.revoked: set[int] = set()
+        self.stopping = False
+        self.ran = 0
+        self._reports: list[Ended] = []
+        self._unstarted: list[int] = []
+        self._looked_at = 0.0
+        self._in_body = False
+        self._running_seq = 0
+        #: When the memory was last measured (it costs a read of smaps_rollup): never, so
+        #: the first body's is always looked at.
+        self._memory_checked = -math.inf
+        #: The threads a body may leave behind: those there before any body ran.
+        self._threads = {t.ident for t in threading.enumerate()}
+        #: This thread's connection of every database, made now (none is opened):
+        #: looked at after each body without asking Django's per-thread registry.
+        self._databases = [connections[alias] for alias in connections]
+
+    # -- the loop ----------------------------------------------------------------
+
+    def run(self) -> int:
+        while True:
+            if not self.queue:
+                self._flush()
+            messages = self.channel.receive(wait=not self.queue)
+            if messages is None:
+                return 0  # the worker is gone
+            self._take(messages)
+            if self.stopping and not self.queue:
+                self._flush()
+                return 0
+            while self.queue:
+                job = self.queue.popleft()
+                if self.stopping or job.seq in self.revoked or time.monotonic() >= job.lease_ends:
+                    self.revoked.discard(job.seq)
+                    self._unstarted.append(job.seq)
+                    continue
+                # What ended before is reported before another body starts: a body that
+                # kills this process must not take its neighbours' outcomes with it.
+                self._flush()
+                try:
+                    ended, stopped = self._run_one(job)
+                except BodyStopped:  # landed just outside the body: it has ended all the same
+                    ended, stopped = Ended(job.seq, None, 0.0, True), True
+                self._report(ended)
+                why = self._leaving(stopped, ended.strays)
+                if why:
+                    return self._leave(why)
+                if time.monotonic() - self._looked_at >= REPORT_LINGER_SECONDS:
+                    self._looked_at = time.monotonic()
+                    more = self.channel.receive(wait=False)
+                    if more is None:
+                        return 0
+                    self._take(more)
+
+    def _take(self, messages: list[Any]) -> None:
+        for message in messages:
+            kind = message[0]
+            if kind == RUN:
+                self.queue.extend(body_jobs(message[1]))
+            elif kind == REVOKE:
+                self.revoked.update(message[1])
+            elif kind == STOP:
+                self.stopping = True
+
+    def _report(self, ended: Ended) -> None:
+        self._reports.append(ended)
+
+    def _flush(self) -> None:
+        if self._reports:
+            self.channel.send(ended_message(self._reports))
+            self._reports = []
+        if self._unstarted:
+            self.channel.send((UNSTARTED, self._unstarted))
+            self._unstarted = []
+
+    def _leaving(self, stopped: bool, strays: int) -> str | None:
+        """Why this child should leave now (None: it goes on)."""
+        self.ran += 1
+        if stopped:
+            return "a body it ran was stopped"
+        if strays:
+            return f"a body left {strays} thread(s) running, which end with the process"
+        if self.config.max_jobs is not None and self.ran >= self.config.max_jobs:
+            return f"it ran {self.ran} jobs (--max-jobs-per-child)"
+        if self.config.max_memory is not None:
+            now = time.monotonic()
+            if now - self._memory_checked >= MEMORY_CHECK_SECONDS:
+                self._memory_checked = now
+                used = own_memory()
+                if used is not None and used > self.config.max_memory:
+                    return (
+                        f"its memory reached {used / 2**20:.0f} MiB "
+                        f"(--max-memory-per-child {self.config.max_memory / 2**20:.0f})"
+                    )
+        return None
+
+    def _leave(self, why: str) -> int:
+        self._unstarted.extend(job.seq for job in self.queue)
+        self.queue.clear()
+        self._flush()
+        with contextlib.suppress(OSError):
+            self.channel.send((LEAVING, why))
+        return 0
+
+    # -- one body ------------------------------------------------------------------
+
+    def _run_one(self, job: BodyJob) -> tuple[Ended, bool]:
+        try:
+            ready = body.prepare(
+                job,
+                job.args,
+                job.kwargs,
+                worker_id=self.config.worker_id,
+                lease_seconds=job.lease_seconds,
+                places=job.places,
+                slot=SlotView(self.slots, self.index, job.seq),
+            )
+        except ValueError as exc:
+            return Ended(job.seq, outcomes.refusal(str(exc)), 0.0, started=False), False
+        ctx, facts = ready.ctx, ready.facts
+        self.slot.started_at = time.monotonic()
+        self.slot.started = job.seq
+        self.slot.running = job.seq
+        self._running_seq = job.seq
+        self._in_body = True
+        try:
+            ran = body.run(
+                ready.task, ctx, facts, ready.args, ready.kwargs, _trace_context(job.trace_context)
+            )
+        finally:
+            self._in_body = False
+            self.slot.running = 0
+        lost = str(ran.raised) if isinstance(ran.raised, LeaseLost) and ran.outcome is None else None
+        stopped = ran.stopped or bool(self.slots.flags(self.index, job.seq) & _STOP_FLAGS)
+        strays = self._strays()
+        outcome = ran.outcome
+        left_open = _roll_back_open_transactions(self._databases)
+        if left_open and outcome is not None:
+            # Its writes were rolled back: a success would claim work that is not there.
+            left_error = RuntimeError(
+                f"the body left a transaction open on database {', '.join(left_open)} "
+                "(autocommit turned off, or an atomic block not exited): it was rolled back"
+            )
+            outcome = outcomes.failure(facts, left_error, cancel_requested=ctx.cancel_requested)
+        return Ended(job.seq, outcome, ran.seconds, True, lost, ctx.stale_writes, strays), stopped
+
+    def _strays(self) -> int:
+        """Threads a body started and left running (a call it gave up waiting for, say).
+
+        The thread of Django's async ORM calls (asgiref's executor) does not count:
+        it waits, idle, for the next body's calls.
+        """
+        if threading.active_count() <= len(self._threads):
+            return 0
+        allowed = set(self._threads)
+        executor = getattr(SyncToAsync, "single_thread_executor", None)
+        allowed.update(t.ident for t in getattr(executor, "_threads", ()))
+        return sum(1 for t in threading.enumerate() if t.ident not in allowed)
+
+    def interrupt(self, signum: int, frame: FrameType | None) -> None:
+        """SIGUSR1: stop the running body if the worker raised a stop flag for it."""
+        if not self._in_body:
+            return
+        flags = self.slots.flags(self.index, self._running_seq)
+        if flags & _STOP_FLAGS:
+            raise BodyStopped(rules.stop_reason(flags))
+
+
+def _roll_back_open_transactions(databases: list[BaseDatabaseWrapper]) -> list[str]:
+    """Roll back and close every Django connection a body left inside a transaction; their aliases.
+
+    A child keeps its connections between bodies: one left with autocommit
+    off (or inside an atomic block) would turn the next body's writes and
+    its fenced side effects into savepoints that never commit, while they
+    hold the job's row.
+    """
+    left: list[str] = []
+    for conn in databases:
+        if conn.connection is None or (conn.get_autocommit() and not conn.in_atomic_block):
+            continue
+        left.append(conn.alias)
+        with contextlib.suppress(Exception):
+            conn.connection.rollback()
+        conn.in_atomic_block = False
+        conn.savepoint_ids = []
+        conn.savepoint_state = 0
+        conn.needs_rollback = False
+        with contextlib.suppress(Exception):
+            conn.close()
+    return left
+
+
+def _trace_context(text: str | None) -> dict[str, str] | None:
+    """The stored trace context, or None if there is none (or it cannot be read: no span parent then)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def own_memory() -> int | None:
+    """This process's own memory in bytes (private pages: not those it shares with the zygote)."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            private = 0
+            for line in f:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    private += int(line.split()[1]) * 1024
+            return private
+    except (OSError, ValueError):
+        return None

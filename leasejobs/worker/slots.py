@@ -1,0 +1,137 @@
+"""The body slots: what the worker, its children and the zygote share without a message.
+
+One ``Slot`` per body a worker can run at once (``--concurrency``), in an
+anonymous shared memory map made before the zygote is forked, so the
+supervisor, the zygote and every child see the same bytes. Each field has
+exactly one writer and is a single aligned 8-byte word, so a reader sees a
+whole value, never half of one (no lock: a lock held by a child that is
+SIGKILLed would be held forever):
+
+- the child writes ``running`` (the assignment number of the job whose body
+  runs now, 0 between bodies), ``started`` (the highest assignment number
+  whose body has started, written *before* the body starts), ``started_at``
+  (monotonic) and ``block`` (inside a side-effect block: 1 when the job holds
+  no place under a limit, so its locked row protects it; 2 when it does),
+  ``block_seq``/``block_deadline`` (the lease a side-effect block renewed);
+- the supervisor writes ``deadline`` (monotonic time until which every lease
+  of the jobs it gave this body surely holds, 0: no limit) and ``flag_seq``/
+  ``flags`` (lease lost, cancel requested, timed out: for the job with that
+  assignment number only);
+- the zygote reads them and kills a child whose running body outlived its
+  lease (the supervisor may be paused and unable to do it).
+
+Assignment numbers are per child and only grow, so a flag or a deadline
+written for one job never applies to the next.
+"""
+
+import ctypes
+import mmap
+from dataclasses import dataclass
+
+#: Flags the supervisor raises for one running job (``Slot.flags``).
+LEASE_LOST = 1
+CANCEL_REQUESTED = 2
+TIMED_OUT = 4
+#: The worker is stopping and its grace is over: the body is stopped.
+STOPPED = 8
+
+#: ``Slot.block``: not inside a side-effect block; inside one of a job without
+#: places (its locked row keeps any claim away, so the lease may run out);
+#: inside one of a job holding places (its places can still run out).
+NO_BLOCK = 0
+BLOCK_ROW_LOCKED = 1
+BLOCK_WITH_PLACES = 2
+
+
+class Slot(ctypes.Structure):
+    _fields_ = [
+        ("running", ctypes.c_int64),
+        ("started", ctypes.c_int64),
+        ("started_at", ctypes.c_double),
+        ("block", ctypes.c_int64),
+        ("block_seq", ctypes.c_int64),
+        ("block_deadline", ctypes.c_double),
+        ("deadline", ctypes.c_double),
+        ("flag_seq", ctypes.c_int64),
+        ("flags", ctypes.c_int64),
+    ]
+
+
+@dataclass(frozen=True)
+class Running:
+    """A body running now in a slot: its assignment number and when it started."""
+
+    seq: int
+    started_at: float
+
+
+class SlotTable:
+    """``count`` slots in one shared map (inherited by forked processes)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._map = mmap.mmap(-1, max(1, count) * ctypes.sizeof(Slot))
+        self._slots = (Slot * count).from_buffer(self._map)
+
+    def __getitem__(self, index: int) -> Slot:
+        slot: Slot = self._slots[index]
+        return slot
+
+    def reset(self, index: int) -> None:
+        """A fresh child takes the slot: nothing runs, nothing is due, no flag."""
+        ctypes.memset(ctypes.addressof(self._slots[index]), 0, ctypes.sizeof(Slot))
+
+    # -- read by the supervisor ------------------------------------------------
+
+    def running(self, index: int) -> Running | None:
+        """The body running in the slot now, or None between bodies."""
+        slot = self._slots[index]
+        seq = slot.running
+        started_at = slot.started_at
+        if seq == 0 or slot.running != seq:
+            return None
+        return Running(seq, started_at)
+
+    # -- written by the supervisor ---------------------------------------------
+
+    def raise_flag(self, index: int, seq: int, flag: int) -> None:
+        """Raise ``flag`` for the job with assignment number ``seq`` (one writer: the supervisor,
+        under its own lock). Flags only ever go up for one job; the child remembers what it saw."""
+        slot = self._slots[index]
+        if slot.flag_seq != seq:
+            slot.flags = 0
+            slot.flag_seq = seq
+        slot.flags = slot.flags | flag
+
+    def set_deadline(self, index: int, deadline: float) -> None:
+        self._slots[index].deadline = deadline
+
+    # -- read by the child ------------------------------------------------------
+
+    def flags(self, index: int, seq: int) -> int:
+        """The flags raised for the job ``seq`` (0 if none, or if they are another job's)."""
+        slot = self._slots[index]
+        flag_seq = slot.flag_seq
+        flags = slot.flags
+        return flags if flag_seq == seq and slot.flag_seq == seq else 0
+
+    # -- read by the zygote -----------------------------------------------------
+
+    def outlived(self, index: int, now: float) -> int:
+        """The assignment number of a body running past its lease (0: none).
+
+        A body inside a side-effect block of a job without places is never
+        reported: its block holds the job row, so no claim can take it over
+        however long the block lasts. The lease a block renewed as it
+        committed counts too (the supervisor hears of it only at its next look).
+        """
+        slot = self._slots[index]
+        seq = slot.running
+        if seq == 0:
+            return 0
+        deadline = slot.deadline
+        if deadline <= 0 or slot.block == BLOCK_ROW_LOCKED:
+            return 0
+        if slot.block_seq == seq:
+            deadline = max(deadline, slot.block_deadline)
+        return seq if now > deadline and slot.running == seq else 0
