@@ -24,6 +24,9 @@ INSTALLED_APPS = [
     "leasejobs",
     "demo_site.receipts",
     "tests.testapp",
+    # manage.py leasejobs_bench (tests/integration/test_bench.py): the benchmark, beside the library.
+    "bench",
+    "tests.discoveryapp",
 ]
 
 MIDDLEWARE = [

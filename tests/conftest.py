@@ -1,12 +1,14 @@
 """Fixtures shared by the suite: real worker processes against the test database.
 
-Markers, set here from what a test uses, so that no test file has to say it:
-``chaos`` for everything under tests/chaos/ (it restarts PostgreSQL, cuts
-the network, kills workers in storms), ``integration`` for a test that starts
-processes or servers or commits to the database (``start_worker``,
-``transactional_db`` or ``django_db(transaction=True)``, ``live_server``, and
-the modules in ``INTEGRATION_MODULES``). The rest are unit tests:
-``make test-fast`` runs them (``-m "not integration and not chaos"``).
+Markers follow the folders, so that no test file has to say it: ``chaos``
+for everything under tests/chaos/ (it restarts PostgreSQL, cuts the network,
+kills workers in storms), ``integration`` for everything under
+tests/integration/ (tests that start processes or servers or commit to the
+database), none for tests/unit/: ``make test-fast`` runs those (``-m "not
+integration and not chaos"``). Collection stops, with one sentence, at a test
+file outside the three folders, and at a unit test that uses what makes a
+test an integration test (``start_worker``, ``transactional_db`` or
+``django_db(transaction=True)``, ``live_server``).
 
 Phases: ``make test`` runs pytest twice. ``--phase=parallel`` selects the
 tests that can share the machine with other test processes (run under
@@ -27,9 +29,10 @@ from tests.helpers import WorkerProcess, worker_env
 
 #: Fixtures whose tests are integration tests (the fixtures they use count too).
 INTEGRATION_FIXTURES = {"start_worker", "transactional_db", "live_server"}
-#: Test modules that start processes or servers of their own.
-INTEGRATION_MODULES = {"test_localdb.py", "test_admin_browser.py", "test_bench.py"}
-CHAOS_DIR = Path(__file__).resolve().parent / "chaos"
+TESTS_DIR = Path(__file__).resolve().parent
+UNIT_DIR = TESTS_DIR / "unit"
+INTEGRATION_DIR = TESTS_DIR / "integration"
+CHAOS_DIR = TESTS_DIR / "chaos"
 
 
 PHASES = ("all", "parallel", "serial")
@@ -89,18 +92,33 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def mark(items: list[pytest.Item]) -> None:
+    """Mark each test by its folder; stop at a test in no folder or a unit test that is not one."""
     for item in items:
         path = Path(item.path)
         if CHAOS_DIR in path.parents:
             item.add_marker(pytest.mark.chaos)
-            continue
-        db = item.get_closest_marker("django_db")
-        if (
-            INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-            or (db is not None and db.kwargs.get("transaction"))
-            or path.name in INTEGRATION_MODULES
-        ):
+        elif INTEGRATION_DIR in path.parents:
             item.add_marker(pytest.mark.integration)
+        elif UNIT_DIR in path.parents:
+            uses = integration_uses(item)
+            if uses:
+                raise pytest.UsageError(
+                    f"{item.nodeid} is in tests/unit/ but uses {uses}: move it to tests/integration/."
+                )
+        else:
+            raise pytest.UsageError(
+                f"{path.relative_to(TESTS_DIR.parent)} is outside tests/unit/, tests/integration/ and "
+                "tests/chaos/: move it into the folder its tests belong to."
+            )
+
+
+def integration_uses(item: pytest.Item) -> str:
+    """What of an integration test ``item`` uses (a worker, a committed transaction, a server), or ''."""
+    found = sorted(INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+    db = item.get_closest_marker("django_db")
+    if db is not None and db.kwargs.get("transaction"):
+        found.append("django_db(transaction=True)")
+    return ", ".join(found)
 
 
 @pytest.fixture

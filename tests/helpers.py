@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from leasejobs.connection import database_url
+from localworkers import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 

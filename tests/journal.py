@@ -2,8 +2,9 @@
 
 Queue-control tests read concurrency from it, never from the queue's tables:
 the question is how many bodies ran at once, not what the queue believes.
-Lines are ``S|E|X <job> <attempt> <wall time> <worker>``; every writer is on
-this machine, so wall times of different processes compare. ``X`` is a start
+Lines are ``S|E|X|T <job> <attempt> <wall time> <worker>``; every writer is on
+this machine, so wall times of different processes compare. ``T`` is one call
+a body made to a (pretend) limited service: ``read_ticks`` returns them. ``X`` is a start
 the database did not back: the attempt no longer held its lease and its place
 when its body began (a worker stopped between taking the job and starting
 the body, whose writes are fenced off). ``read`` leaves those out of the
@@ -37,7 +38,7 @@ def read(path: Path) -> tuple[dict[Key, float], dict[Key, float], dict[Key, str]
     for line in path.read_text().splitlines():
         kind, job_id, attempt, at, worker = line.split()
         key = (int(job_id), int(attempt))
-        if kind == "X":
+        if kind in ("X", "T"):
             continue
         (starts if kind == "S" else ends)[key] = float(at)
         workers[key] = worker
@@ -53,6 +54,17 @@ def read_unbacked(path: Path) -> dict[Key, tuple[float, str]]:
             if kind == "X":
                 found[(int(job_id), int(attempt))] = (float(at), worker)
     return found
+
+
+def read_ticks(path: Path) -> dict[Key, list[float]]:
+    """The ``T`` lines: (job id, attempt) -> the wall times of its calls, in order."""
+    ticks: dict[Key, list[float]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            kind, job_id, attempt, at, _ = line.split()
+            if kind == "T":
+                ticks.setdefault((int(job_id), int(attempt)), []).append(float(at))
+    return ticks
 
 
 def most_at_once(intervals: list[tuple[float, float]]) -> int:

@@ -34,8 +34,15 @@ class PgBouncer:
     """One PgBouncer process in front of the PostgreSQL at ``server_host:server_port``."""
 
     def __init__(
-        self, server_host: str, server_port: int, *, pool_size: int = 20, max_clients: int = 400
+        self,
+        server_host: str,
+        server_port: int,
+        *,
+        pool_size: int = 20,
+        max_clients: int = 400,
+        extra: str = "",
     ) -> None:
+        """``extra``: more ``[pgbouncer]`` settings, one per line."""
         if not Path(PGBOUNCER).exists():
             raise RuntimeError("PgBouncer is not installed: apt-get install pgbouncer (.ci/run does).")
         self.port = free_port()
@@ -52,7 +59,7 @@ class PgBouncer:
             f"pool_mode = transaction\ndefault_pool_size = {pool_size}\nmax_client_conn = {max_clients}\n"
             # Server connections a restarted PgBouncer or a killed backend left
             # behind are found quickly.
-            "server_check_delay = 1\nserver_login_retry = 1\n"
+            "server_check_delay = 1\nserver_login_retry = 1\n" + extra
         )
         self.user = None
         if os.geteuid() == 0:

@@ -1,5 +1,5 @@
 """Settings of the test project: leasejobs, a test app whose tasks the worker runs,
-and the demo's app (tests/test_demo.py tests it).
+the demo's app (tests/test_demo.py tests it) and the benchmark's (tests/integration/test_bench.py).
 
 The database comes from ``localdb`` (``DATABASE_URL``, else a server on
 localhost, else the embedded PostgreSQL), as for the demo; nothing here
@@ -19,7 +19,7 @@ env = environ.Env()
 DATABASES = {"default": env.db_url_config(localdb.database_url())}
 # Worker processes keep their connections, as in production.
 DATABASES["default"]["CONN_MAX_AGE"] = 600
-# Through a transaction pooler (tests/test_worker_pgbouncer.py): no
+# Through a transaction pooler (tests/integration/test_worker_pgbouncer.py): no
 # server-side cursors, whose .iterator() spans transactions.
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
     "DJANGO_DISABLE_SERVER_SIDE_CURSORS", default=False
@@ -34,6 +34,9 @@ LEASEJOBS = {
     # A direct connection for LISTEN when DATABASE_URL goes through a
     # transaction pooler; unset: the worker polls.
     "LISTEN_URL": env("LEASEJOBS_LISTEN_URL", default=None),
+    # The chaos scenarios' tasks: the test process enqueues them, so it must
+    # know that their workers (tests/chaos/settings.py) import them.
+    "TASK_MODULES": ["tests.chaos.tasks", "tests.testapp.workflow_tasks"],
 }
 
 # The worker logs its one-line events where tests read them (the worker's log file).
@@ -50,7 +53,7 @@ LOGGING = {
 # worker's log so tests can see task_started / task_finished there.
 if find_spec("django.tasks") is not None:
     TASKS = {"default": {"BACKEND": "leasejobs.backend.LeaseJobsBackend", "OPTIONS": {"MAX_ATTEMPTS": 2}}}
-    LEASEJOBS["TASK_MODULES"] = ["tests.testapp.django_tasks"]
+    LEASEJOBS["TASK_MODULES"] = [*LEASEJOBS["TASK_MODULES"], "tests.testapp.django_tasks"]
     LOGGING["loggers"]["django.tasks"] = {"handlers": ["console"], "level": "INFO", "propagate": False}
 
 # A worker started with this variable has a small payload limit, so a test can
@@ -59,7 +62,11 @@ if _max_payload := os.environ.get("LEASEJOBS_TEST_MAX_PAYLOAD_BYTES"):
     LEASEJOBS["MAX_PAYLOAD_BYTES"] = int(_max_payload)
 
 # A worker started with this variable vacuums the job table after that many
-# dead row versions, whatever its size (tests/test_vacuum.py).
+# dead row versions, whatever its size (tests/integration/test_vacuum.py).
 if _vacuum_threshold := os.environ.get("LEASEJOBS_TEST_VACUUM_THRESHOLD"):
     LEASEJOBS["VACUUM_THRESHOLD"] = int(_vacuum_threshold)
     LEASEJOBS["VACUUM_SCALE_FACTOR"] = 0.0
+
+# A worker started with this variable says what it did this often (tests/integration/test_worker_says.py).
+if _summary_seconds := os.environ.get("LEASEJOBS_TEST_SUMMARY_SECONDS"):
+    LEASEJOBS["SUMMARY_SECONDS"] = float(_summary_seconds)

@@ -1,4 +1,4 @@
-"""Test settings with the queue in a database of its own (``tests/test_two_databases.py``).
+"""Test settings with the queue in a database of its own (``tests/unit/test_two_databases.py``).
 
 ``APP_DATABASE_URL`` holds the test app's rows, ``QUEUE_DATABASE_URL`` the
 queue, routed there by ``leasejobs.routers.QueueRouter``.

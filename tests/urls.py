@@ -1,6 +1,6 @@
 """URLs of the test project: the admin, where leasejobs shows its jobs; its
 Prometheus gauges; a view that enqueues (the tracing test calls it); and the
-demo app's order view (tests/test_example_project.py tests it as a user's
+demo app's order view (tests/unit/test_example_project.py tests it as a user's
 project would be tested)."""
 
 from django.contrib import admin

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from leasejobs.models import Job, SideEffect
+from leasejobs.models import Job, SideEffect, Step, WorkflowEdge
 from tests.chaos.tasks import effect, effect_key
 from tests.helpers import WorkerProcess, wait_until
 from tests.testapp.models import BodyRun, Sent
@@ -242,3 +242,78 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
 def figures_line(name: str, figures: dict[str, Any]) -> str:
     shown = ", ".join(f"{k} {v}" for k, v in figures.items() if k != "problems")
     return f"{name}: {shown}"
+
+
+def check_steps(job_ids: Sequence[int], fleet: Fleet, **figures: Any) -> dict[str, Any]:
+    """Figures of a finished scenario of ``chaos_steps`` jobs, with the problems found.
+
+    Every job is done, each of its steps stored once with exactly one write,
+    by the attempt that stored it; its result names the steps' attempts and
+    its event's payload; no token ran under two workers; every "done" line
+    belongs to the job's final attempt.
+    """
+    jobs = {j.id: j for j in Job.objects.filter(id__in=job_ids)}
+    steps = {(s.job_id, s.name): s for s in Step.objects.filter(job_id__in=job_ids)}
+    writes = Counter(Sent.objects.filter(job_id__in=job_ids).values_list("job_id", "key", "attempt"))
+    holders: dict[tuple[int, int], set[str]] = {}
+    for job_id, attempt, worker in BodyRun.objects.filter(job_id__in=job_ids).values_list(
+        "job_id", "attempt", "worker_id"
+    ):
+        holders.setdefault((job_id, attempt), set()).add(worker)
+    logs = fleet.logs()
+    problems: list[str] = []
+    for job_id in job_ids:
+        j = jobs.get(job_id)
+        if j is None or j.status != "done":
+            problems.append(f"job {job_id} is {j.status if j else 'lost'}")
+            continue
+        attempts = []
+        for name in ("a", "b", "c"):
+            s = steps.get((job_id, name))
+            key = f"chaos-step:{job_id}:{name}"
+            made = [(a, n) for (i, k, a), n in writes.items() if i == job_id and k == key]
+            if s is None or made != [(s.attempt, 1)]:
+                problems.append(f"job {job_id} step {name}: {s and s.attempt}, writes {made}")
+            attempts.append(s and s.attempt)
+        event = steps.get((job_id, "event"))
+        if event is None or not event.done or event.event_id is None:
+            problems.append(f"job {job_id}: its event was not received")
+        expected = {
+            "steps": attempts,
+            "event": {"job": job_id},
+            "attempt": j.attempt,
+            "worker": j.worker_ids[-1],
+        }
+        if j.result != expected:
+            problems.append(f"job {job_id}: result {j.result}, expected {expected}")
+    shared = [token for token, workers in holders.items() if len(workers) > 1]
+    problems += [f"job {job_id} attempt {attempt} ran under two workers" for job_id, attempt in shared[:10]]
+    for job_id, attempt, worker in re.findall(r"done job=(\d+) attempt=(\d+) worker=(\S+)", logs):
+        j = jobs.get(int(job_id))
+        if j is not None and (j.attempt, j.worker_ids[-1]) != (int(attempt), worker):
+            problems.append(f"job {job_id}: done logged by attempt {attempt} of {worker}, ended {j.attempt}")
+    return {
+        "jobs": len(job_ids),
+        **figures,
+        "done": sum(j.status == "done" for j in jobs.values()),
+        "body runs": sum(len(w) for w in holders.values()),
+        "suspends": len(re.findall(r"suspended job=", logs)),
+        "stale writes rejected": len(re.findall(r"stale write rejected job=", logs)),
+        "steps stored": len([s for s in steps.values() if s.kind == "step"]),
+        "tokens held by two workers": len(shared),
+        "workers": len(fleet.started),
+        "problems": problems,
+    }
+
+
+def early_children(job_ids: Sequence[int]) -> list[tuple[int, int]]:
+    """Edges among ``job_ids`` whose child's first body started before its parent finished."""
+    rows = {j.id: j for j in Job.objects.filter(id__in=job_ids)}
+    first_body: dict[int, Any] = {}
+    for run in BodyRun.objects.filter(job_id__in=job_ids).order_by("created_at"):
+        first_body.setdefault(run.job_id, run.created_at)
+    return [
+        (e.parent_id, e.child_id)
+        for e in WorkflowEdge.objects.filter(child_id__in=job_ids)
+        if first_body[e.child_id] < rows[e.parent_id].finished_at
+    ]

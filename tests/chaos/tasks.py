@@ -8,6 +8,9 @@ key with two ``Sent`` rows is a side effect that happened twice: the figure
 a scenario can check that a job's finish came from the attempt that held it.
 """
 
+import ctypes
+import os
+import resource
 import time
 
 from django.db import connection
@@ -153,3 +156,60 @@ def nul_result(ctx):
     result = _started(ctx)
     _deliver(ctx)
     return {**result, "note": "nul \u0000 here"}
+
+
+# -- hostile bodies (tests/chaos/test_hostile_bodies.py) ----------------------------
+#
+# On their first attempt these do what a body must never be able to do to
+# its worker; later attempts deliver like ``effect``. Twenty attempts, as above.
+
+
+@task(takes_context=True, lease_seconds=2.0, max_attempts=20)
+def gil_hog(ctx, seconds):
+    """One C call that holds the GIL for 3 s, past the task's 2 s lease, then the effect."""
+    result = _started(ctx)
+    ctypes.PyDLL(None).sleep(3)  # libc's sleep, the GIL held (ctypes.PyDLL does not release it)
+    time.sleep(seconds)
+    _deliver(ctx)
+    return result
+
+
+@task(takes_context=True, max_attempts=20)
+def crash_once(ctx, how, seconds):
+    """Its first attempt crashes its process (``segfault``, ``exit``) or exhausts its memory
+    (``memory``: an address-space limit, then a 1 GiB allocation); later attempts deliver."""
+    result = _started(ctx)
+    if ctx.attempt == 1:
+        if how == "segfault":
+            ctypes.string_at(0)
+        elif how == "exit":
+            os._exit(3)
+        elif how == "memory":
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            resource.setrlimit(resource.RLIMIT_AS, (_address_space() + 64 * 2**20, hard))
+            try:
+                bytearray(2**30)
+            finally:
+                resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    time.sleep(seconds)
+    _deliver(ctx)
+    return result
+
+
+_kept: list[bytes] = []
+
+
+@task(takes_context=True, max_attempts=20)
+def keeps_memory(ctx, mib, seconds):
+    """Leaves ``mib`` MiB behind in its process each run, as a leak does."""
+    result = _started(ctx)
+    _kept.append(os.urandom(1024) * (mib * 1024))
+    time.sleep(seconds)
+    _deliver(ctx)
+    return result
+
+
+def _address_space() -> int:
+    """This process's virtual memory now, in bytes."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")

@@ -14,11 +14,10 @@ from collections import Counter
 
 from django.db import connection
 
-from leasejobs.connection import database_url
 from leasejobs.models import Job
 from tests.chaos import pgserver
 from tests.chaos.helpers import Fleet, check, database_call, enqueue_effects, unfinished, wait_finished
-from tests.helpers import wait_until
+from tests.helpers import database_url, wait_until
 from tests.pgbouncer import PgBouncer
 
 JOBS = 240

@@ -89,3 +89,19 @@ async def async_receipt(context: TaskContext, order_id):
     await sync_to_async(_record_run)()
     created = await sync_to_async(_send_once)(f"django-async:{order_id}")
     return {"created": created, "job_id": ctx.job_id, "result_id": context.task_result.id}
+
+
+@task
+def forgot_context(context, order_id):
+    """Its first parameter is Django's TaskContext, but takes_context=True is missing."""
+    return order_id
+
+
+@task
+def steps_and_sleep():
+    """A Django Task with durable steps around a durable sleep (issue 31)."""
+    ctx = current_job()
+    assert ctx is not None
+    first = ctx.step("one", lambda: ctx.attempt)
+    ctx.sleep("nap", 0)
+    return [first, ctx.step("two", lambda: ctx.attempt)]

@@ -4,6 +4,7 @@ Bodies record what they did in ``BodyRun`` and ``Sent`` so a test can count
 runs and receipts from the database.
 """
 
+import ctypes
 import os
 import signal
 import time
@@ -136,7 +137,7 @@ def noisy():
     raise ValueError('he said "hi"\tand left a \\ behind')
 
 
-# -- the bodies of tests/test_worker_guarantees.py (issue 10) -----------------------
+# -- the bodies of tests/*/test_worker_guarantees.py (issue 10) -----------------------
 
 
 def wait_for_file(path: str, timeout: float = 60.0) -> None:
@@ -204,7 +205,9 @@ def raises_after_file(ctx, marker):
 
 @task(max_attempts=1)
 def quick(n):
+    """A short job of one attempt: at least 2 ms, so a child holds at most 10 of them ahead."""
     _record_run()
+    time.sleep(0.002)
     return n
 
 
@@ -331,3 +334,113 @@ def breaks_its_transaction():
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1/0")
+
+
+# -- the bodies of tests/integration/test_supervised_bodies.py (issue 28) -------------------------------
+
+
+@task(takes_context=True, timeout_seconds=1)
+def overrunning(ctx, path, seconds):
+    """Runs past its 1 s timeout on its first attempt, noting when its body starts and truly ends."""
+    note(path, "S", ctx)
+    try:
+        time.sleep(seconds if ctx.attempt == 1 else 0.05)
+    finally:
+        note(path, "E", ctx)
+
+
+@task(lease_seconds=2)
+def holds_the_gil(seconds):
+    """One C call that keeps the GIL for ``seconds``: libc's sleep through ctypes.PyDLL, which
+    (unlike ctypes.CDLL) does not release it."""
+    _record_run()
+    ctypes.PyDLL(None).sleep(int(seconds))
+    return seconds
+
+
+@task(takes_context=True, max_attempts=3)
+def erratic(ctx):
+    """Kills its own process on its first and third runs, fails politely on its second."""
+    earlier = BodyRun.objects.filter(job_id=ctx.job_id).count()
+    _record_run()
+    if earlier in (0, 2):
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise ValueError("a polite failure")
+
+
+@task(takes_context=True)
+def ticking(ctx, path, seconds):
+    """Calls a (pretend) limited service every 50 ms for ``seconds``: a ``T`` journal line a call."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        note(path, "T", ctx)
+        time.sleep(0.05)
+
+
+@task
+def returns_a_coroutine(x):
+    """A plain function that returns a coroutine (a wrapper around an async one, say)."""
+
+    async def later():
+        return x * 2
+
+    return later()
+
+
+@task(max_attempts=1)
+def calls_exit(code):
+    raise SystemExit(code)
+
+
+@task(max_attempts=2)
+def segfaults():
+    _record_run()
+    ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+@task(max_attempts=2)
+def exits_hard(code):
+    _record_run()
+    os._exit(code)
+
+
+_kept: list[bytearray] = []
+
+
+@task
+def eats_memory(mib):
+    """Allocates ``mib`` MiB and keeps it, as a leak does."""
+    _record_run()
+    _kept.append(bytearray(os.urandom(1024)) * (mib * 1024))
+    return len(_kept)
+
+
+@task
+def measures(blob):
+    return len(blob)
+
+
+@task(takes_context=True)
+async def async_receipt(ctx, order_id):
+    """An async body with a fenced side effect and a write of its own inside it."""
+    async with ctx.aside_effect(f"areceipt:{order_id}") as effect:
+        if effect.created:
+            await Sent.objects.acreate(job_id=ctx.job_id, key=effect.key, attempt=ctx.attempt)
+    return effect.created
+
+
+@task
+def forgot_context(ctx, order_id):
+    """Its first parameter is the job's context, but takes_context=True is missing."""
+    return order_id
+
+
+@task(takes_context=True, retry=RetryPolicy(backoff="fixed", base_seconds=3, jitter=0))
+def fails_once_retried_later(ctx):
+    """Fails its first attempt; its retry is due 3 s later."""
+    if ctx.attempt == 1:
+        raise ValueError("first attempt")
+    return ctx.attempt
+
+
+from tests.testapp import step_tasks  # noqa: E402, F401 (the durable steps' tasks, issue 31)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from leasejobs.autovacuum import problem
+from leasejobs.operations.autovacuum import problem
 
 
 def test_no_warning_when_the_server_and_the_table_both_vacuum():

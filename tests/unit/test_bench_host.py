@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
-from leasejobs.bench import host
-from leasejobs.bench.report import render
+from bench import host
+from bench.report import render
 
 
 def test_the_share_is_the_steal_ticks_over_all_ticks_between_two_readings():

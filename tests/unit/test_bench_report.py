@@ -1,6 +1,6 @@
 """The bench table's single-enqueue shares pair each run's figures, which took turns on the same disk."""
 
-from leasejobs.bench.report import _ratio
+from bench.report import _ratio
 
 
 def test_a_share_is_the_median_of_each_runs_own_ratio_not_a_ratio_of_medians():

@@ -1,23 +1,24 @@
 """The table of held jobs against a simple model, driven by Hypothesis.
 
 Random interleavings of claim (including a re-claim of a job the worker
-still holds an older attempt of), take, settle, timeout, finish, drop,
-heartbeat, drop (found lost), unwritten (a refused finish) and stop must
-keep the table and the model in step: a job is held exactly while the model
-says so, in the model's phase, heartbeated exactly while held and not timed
-out (nor found lost once settled), and an attempt's move never touches
-another attempt of the same job.
+still holds an older attempt of), a body's end, a stop (timeout, or give
+back at the end of a stop's grace), the stopped body's end, a finish, a drop
+(found lost), a give-back and an unwritten finish must keep the table and
+the model in step: a job is held exactly while the model says so, in the
+model's phase, heartbeated exactly while held (and, once settled, until a
+heartbeat found it lost), an outcome is written only for a body that has
+ended, and an attempt's move never touches another attempt of the same job.
 """
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from leasejobs.context import JobContext
-from leasejobs.store import Attempt, Outcome
+from leasejobs.db.store import Attempt, Outcome
 from leasejobs.worker.held import HeldJob, HeldJobs, Phase
 
 JOB_IDS = st.integers(min_value=1, max_value=4)
+DONE = Outcome(status="done")
 
 
 def held_job(job_id: int, attempt: int) -> HeldJob:
@@ -25,15 +26,15 @@ def held_job(job_id: int, attempt: int) -> HeldJob:
         key=Attempt(job_id, attempt),
         task_name="t",
         queue="q",
-        args=[],
-        kwargs={},
+        args="[]",
+        kwargs="{}",
         task=None,
         max_attempts=5,
         runs=1,
         counted=True,
         taken_over=attempt > 1,
         lease_seconds=30,
-        ctx=JobContext(job_id=job_id, attempt=attempt, worker_id="w"),
+        worker_id="w",
     )
 
 
@@ -44,12 +45,14 @@ class HeldJobsMachine(RuleBasedStateMachine):
         self.jobs: dict[Attempt, HeldJob] = {}  # every attempt ever claimed
         self.phase: dict[Attempt, Phase] = {}  # the model
         self.beating: dict[Attempt, bool] = {}
-        self.buffer: list[Attempt] = []
+        #: STOPPING attempts whose outcome is "give the lease back".
+        self.to_give_back: set[Attempt] = set()
         self.attempts: dict[int, int] = {}
-        self.stopped = False
 
-    def _held(self, phases: tuple[Phase, ...]) -> list[Attempt]:
-        return sorted((k for k, p in self.phase.items() if p in phases), key=lambda k: (k.id, k.attempt))
+    def _pick(self, data: st.DataObject) -> Attempt | None:
+        if not self.jobs:
+            return None
+        return data.draw(st.sampled_from(sorted(self.jobs, key=lambda k: (k.id, k.attempt))))
 
     @rule(job_id=JOB_IDS, refused=st.booleans())
     def claim(self, job_id: int, refused: bool) -> None:
@@ -57,42 +60,59 @@ class HeldJobsMachine(RuleBasedStateMachine):
         self.attempts[job_id] = attempt
         job = held_job(job_id, attempt)
         self.jobs[job.key] = job
-        if refused:
-            self.table.add([], [job])
-            assert self.table.settle(job, Outcome(status="failed"))
-            self.phase[job.key] = Phase.SETTLED
-        else:
-            self.table.add([job], [])
-            self.phase[job.key] = Phase.BUFFERED
-            self.buffer.append(job.key)
+        self.table.add([job])
+        self.phase[job.key] = Phase.ASSIGNED
         self.beating[job.key] = True
+        if refused:  # a row that cannot run is settled at once, its body never started
+            assert self.table.settle(job, Outcome(status="failed"), started=False)
+            self.phase[job.key] = Phase.SETTLED
+            assert not job.started
 
-    @precondition(lambda self: self.buffer and not self.stopped)
-    @rule()
-    def take(self) -> None:
-        job = self.table.take()
-        expected = self.buffer.pop(0)
-        assert job is not None and job.key == expected, "runners take the oldest claim first"
-        self.phase[expected] = Phase.RUNNING
-        assert self.table.body_ended() == len(self.buffer)
-
-    @rule(data=st.data(), timed_out=st.booleans())
-    def settle(self, data: st.DataObject, timed_out: bool) -> None:
-        if not self.jobs:
+    @rule(data=st.data())
+    def body_ended(self, data: st.DataObject) -> None:
+        """A child reports the body's end: only an ASSIGNED attempt settles so."""
+        key = self._pick(data)
+        if key is None:
             return
-        key = data.draw(st.sampled_from(sorted(self.jobs, key=lambda k: (k.id, k.attempt))))
-        ok = self.table.settle(self.jobs[key], Outcome(status="done"), beating=not timed_out)
-        expected = self.phase.get(key) in (Phase.BUFFERED, Phase.RUNNING)
-        assert ok == expected
+        ok = self.table.settle(self.jobs[key], DONE, started=True)
+        assert ok == (self.phase.get(key) is Phase.ASSIGNED)
         if ok:
-            if key in self.buffer:  # a settled job never starts
-                self.buffer.remove(key)
             self.phase[key] = Phase.SETTLED
-            self.beating[key] = not timed_out
+            assert self.jobs[key].started
+
+    @rule(data=st.data(), give_back=st.booleans())
+    def stop(self, data: st.DataObject, give_back: bool) -> None:
+        """A timeout decides the outcome (or the grace ended: give back) while the body still runs."""
+        key = self._pick(data)
+        if key is None:
+            return
+        ok = self.table.stop(self.jobs[key], None if give_back else Outcome(status="queued"), "why")
+        assert ok == (self.phase.get(key) is Phase.ASSIGNED)
+        if ok:
+            self.phase[key] = Phase.STOPPING
+            if give_back:
+                self.to_give_back.add(key)
+
+    @rule(data=st.data())
+    def stopped(self, data: st.DataObject) -> None:
+        """The stopped body is gone: its decided outcome is written now, or its lease given back."""
+        key = self._pick(data)
+        if key is None:
+            return
+        ok = self.table.stopped(self.jobs[key], started=True)
+        assert ok == (self.phase.get(key) is Phase.STOPPING)
+        if ok:
+            if key in self.to_give_back:
+                del self.phase[key]
+            else:
+                self.phase[key] = Phase.SETTLED
+                assert self.jobs[key].outcome is not None
 
     @rule(data=st.data())
     def finish(self, data: st.DataObject) -> None:
-        settled = self._held((Phase.SETTLED,))
+        settled = sorted(
+            (k for k, p in self.phase.items() if p is Phase.SETTLED), key=lambda k: (k.id, k.attempt)
+        )
         if not settled:
             return
         key = data.draw(st.sampled_from(settled))
@@ -101,48 +121,45 @@ class HeldJobsMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def drop(self, data: st.DataObject) -> None:
-        """Lost before its outcome: a settled attempt stays for its finish to decide."""
-        if not self.jobs:
+        """Found lost: an attempt whose outcome is not decided goes; a settled one waits for its finish."""
+        key = self._pick(data)
+        if key is None:
             return
-        key = data.draw(st.sampled_from(sorted(self.jobs, key=lambda k: (k.id, k.attempt))))
         phase = self.phase.get(key)
         marked_before = self.jobs[key].ctx.lease_lost
         ok = self.table.drop(self.jobs[key])
-        assert ok == (phase in (Phase.BUFFERED, Phase.RUNNING))
+        assert ok == (phase in (Phase.ASSIGNED, Phase.STOPPING))
         if phase is Phase.SETTLED:
             self.beating[key] = False
             assert self.jobs[key].ctx.lease_lost == marked_before, "its finish decides, not the drop"
         elif ok:
             del self.phase[key]
-            if key in self.buffer:
-                self.buffer.remove(key)
             assert self.jobs[key].ctx.lease_lost
+
+    @rule(data=st.data())
+    def give_back(self, data: st.DataObject) -> None:
+        """A job never started (or whose body is gone) is released at a stop."""
+        key = self._pick(data)
+        if key is None:
+            return
+        ok = self.table.give_back(self.jobs[key])
+        assert ok == (self.phase.get(key) in (Phase.ASSIGNED, Phase.STOPPING))
+        if ok:
+            del self.phase[key]
 
     @rule(data=st.data(), lost=st.booleans())
     def unwritten(self, data: st.DataObject, lost: bool) -> None:
         """The finish refused (stale) or could not store the outcome: only a settled attempt ends so."""
-        if not self.jobs:
+        key = self._pick(data)
+        if key is None:
             return
-        key = data.draw(st.sampled_from(sorted(self.jobs, key=lambda k: (k.id, k.attempt))))
         lost_before = self.table.counts["lost_leases"]
         ok = self.table.unwritten(self.jobs[key], lost=lost)
         assert ok == (self.phase.get(key) is Phase.SETTLED)
         assert self.table.counts["lost_leases"] == lost_before + (ok and lost)
         if ok:
             del self.phase[key]
-            assert self.jobs[key].ctx.lease_lost
-
-    @rule()
-    def stop(self) -> None:
-        given_back = self.table.stop_starting()
-        expected = [k for k in self.buffer if self.phase.get(k) is Phase.BUFFERED]
-        assert sorted(j.key.id * 1000 + j.key.attempt for j in given_back) == sorted(
-            k.id * 1000 + k.attempt for k in expected
-        )
-        for key in expected:
-            del self.phase[key]
-        self.buffer = [k for k in self.buffer if k in self.phase]
-        self.stopped = True
+            assert not lost or self.jobs[key].ctx.lease_lost
 
     @invariant()
     def heartbeats_cover_exactly_the_live_attempts(self) -> None:
@@ -157,6 +174,12 @@ class HeldJobsMachine(RuleBasedStateMachine):
             assert held is self.jobs[key] and held.phase is phase
         for key in set(self.jobs) - set(self.phase):
             assert self.table.get(key) is None
+
+    @invariant()
+    def an_outcome_is_to_be_written_only_once_its_body_has_ended(self) -> None:
+        for key, phase in self.phase.items():
+            if phase is Phase.SETTLED:
+                assert self.jobs[key].outcome is not None
 
 
 HeldJobsMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)

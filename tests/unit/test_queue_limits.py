@@ -3,8 +3,8 @@ size, and when the worker runs the limited claim (no database, no process)."""
 
 import pytest
 
-from leasejobs import controls
-from leasejobs.worker import rules
+from leasejobs.db import sql
+from leasejobs.queues import controls
 from leasejobs.worker.limits import LimitGate
 
 
@@ -29,23 +29,43 @@ def test_a_bad_rate_is_one_sentence(text):
         controls.parse_rate(text)
 
 
+@pytest.mark.parametrize("text", ["1/366d", "10000/366d", "1/8784h", "1/527040m", "1/31622400s"])
+def test_a_window_of_up_to_366_days_is_a_rate(text):
+    assert controls.parse_rate(text)[1] <= controls.MAX_RATE_WINDOW_SECONDS
+
+
+@pytest.mark.parametrize(
+    "text", ["1/99999999999d", "1/367d", "1/31622401s", "5/8785h", "1/" + "9" * 400 + "s"]
+)
+def test_a_window_over_366_days_is_refused_in_one_sentence_naming_the_largest(text):
+    # PostgreSQL cannot add 99999999999 days to a timestamp: every worker's claim failed on it.
+    with pytest.raises(
+        ValueError, match=r"^rate .* has a window longer than 366 days, the largest allowed"
+    ) as exc:
+        controls.parse_rate(text)
+    assert str(exc.value).count(". ") == 0 and str(exc.value).endswith(".")
+
+
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
 def test_a_concurrency_is_a_whole_number_of_at_least_one(value):
     with pytest.raises(ValueError, match="must be a whole number of at least 1"):
         controls.parse_queue("pdf", {"concurrency": value})
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [("7/2d", "7/2d"), ("2/366d", "2/366d"), ("5/90s", "5/90s"), ("3/1.5s", "3/1.5s"), ("1/120m", "1/2h")],
+)
+def test_a_rate_is_shown_in_its_largest_whole_unit_and_reads_back(text, shown):
+    limits = controls.parse_queue("q", {"rate": text})
+    assert limits.rate == shown
+    assert controls.parse_rate(limits.rate) == controls.parse_rate(text)
+
+
 def test_limits_show_their_rate_in_the_unit_they_were_written_in():
     assert controls.parse_queue("email", {"rate": "100/m"}).rate == "100/m"
     assert controls.parse_queue("email", {"rate": "20/10s"}).rate == "20/10s"
-    assert controls.parse_queue("pdf", {"concurrency": 2}) == controls.Limits(concurrency=2)
-
-
-def test_the_limited_claim_offers_every_runner_not_running_and_counts_the_idle_ones():
-    # 4 runners, 1 running, 2 jobs buffered: room for 3, of which 1 starts at once.
-    assert rules.limited_claim_size(concurrency=4, running=1, buffered=2, claimed=0, max_jobs=None) == (3, 1)
-    assert rules.limited_claim_size(concurrency=4, running=4, buffered=0, claimed=0, max_jobs=None) == (0, 0)
-    assert rules.limited_claim_size(concurrency=4, running=0, buffered=0, claimed=9, max_jobs=10) == (1, 1)
+    assert controls.parse_queue("pdf", {"concurrency": 2}) == controls.ConcurrencyAndRate(concurrency=2)
 
 
 class FakeStore:
@@ -99,3 +119,7 @@ def test_without_limits_the_gate_stays_shut_and_reads_the_database_at_most_twice
     assert not gate.refresh()
     assert not gate.refresh()
     assert store.asked == 1
+
+
+def test_the_limited_claim_reads_a_longer_window_as_the_longest():
+    assert f"LEAST(rate_seconds, {controls.MAX_RATE_WINDOW_SECONDS:.0f})" in sql.CLAIM_LIMITED

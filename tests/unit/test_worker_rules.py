@@ -7,51 +7,54 @@ import pytest
 from leasejobs.worker import rules
 
 
-def test_a_fresh_worker_prefetches_nothing_until_a_body_has_run():
-    assert rules.prefetch_size(prefetch=1000, concurrency=4, mean_duration=None, lease_seconds=30) == 0
+def test_a_fresh_worker_gives_each_child_one_job_until_a_body_has_run():
+    assert rules.child_depth(mean_duration=None, prefetch=1000, children=4, lease_seconds=30) == 1
 
 
 @pytest.mark.parametrize(
     ("mean", "lease", "expected"),
     [
-        (0.0004, 30, 1000),  # 4 runners x 0.1 s / 0.4 ms = 1000: the cap
-        (0.001, 30, 400),  # 4 x 0.1 / 0.001
-        (0.05, 30, 8),
-        (1.0, 30, 0),  # slow jobs: nothing waits in the buffer
-        (0.001, 0.5, 200),  # a short lease shrinks the wait to a tenth of it: 4 x 0.05 / 0.001
+        (0.00001, 30, 251),  # 20 ms / 10 us = 2000 ahead: capped at the child's share of 1000
+        (0.0001, 30, 201),  # 20 ms / 0.1 ms = 200 ahead
+        (0.001, 30, 21),
+        (0.05, 30, 1),  # slow jobs: none waits in a child
+        (0.001, 0.1, 11),  # a short lease shrinks the wait to a tenth of it: 10 ms / 1 ms
     ],
 )
-def test_prefetch_keeps_a_buffered_job_within_a_tenth_of_a_second_and_of_the_lease(mean, lease, expected):
-    assert (
-        rules.prefetch_size(prefetch=1000, concurrency=4, mean_duration=mean, lease_seconds=lease) == expected
-    )
+def test_a_job_waits_in_a_child_at_most_20_ms_of_work_and_a_tenth_of_its_lease(mean, lease, expected):
+    assert rules.child_depth(mean_duration=mean, prefetch=1000, children=4, lease_seconds=lease) == expected
 
 
-def test_prefetch_zero_turns_prefetching_off():
-    assert rules.prefetch_size(prefetch=0, concurrency=4, mean_duration=0.0001, lease_seconds=30) == 0
+def test_prefetch_zero_gives_each_child_only_the_job_it_runs():
+    assert rules.child_depth(mean_duration=0.0001, prefetch=0, children=4, lease_seconds=30) == 1
 
 
-def test_claim_counts_only_the_rows_that_go_to_idle_runners():
-    # 4 runners, 1 busy, 2 buffered: one runner is idle, so one claimed row counts now.
-    room, worth, counted = rules.claim_size(
-        concurrency=4, prefetch=100, running=1, buffered=2, claimed=0, max_jobs=None
-    )
-    assert (room, worth, counted) == (101, 52, 1)
+def test_a_claim_waits_until_a_child_is_idle_or_down_to_half_then_fills_them_all():
+    assert rules.claim_room([11, 11, 11, 11], 20, claimed=0, max_jobs=None) == 0
+    assert rules.claim_room([10, 11, 12, 20], 20, claimed=0, max_jobs=None) == 27
+    assert rules.claim_room([0, 20, 20, 20], 20, claimed=0, max_jobs=None) == 20
+    assert rules.claim_room([1, 1, 1], 1, claimed=0, max_jobs=None) == 0
+    assert rules.claim_room([0, 1, 0], 1, claimed=0, max_jobs=None) == 2
 
 
-def test_claim_without_prefetch_claims_free_slots_and_counts_them_all():
-    assert rules.claim_size(concurrency=4, prefetch=0, running=1, buffered=0, claimed=0, max_jobs=None) == (
-        3,
-        1,
-        3,
-    )
+def test_no_child_to_give_jobs_to_claims_nothing():
+    assert rules.claim_room([], 20, claimed=0, max_jobs=None) == 0
 
 
-def test_claim_never_goes_past_max_jobs():
-    room, worth, counted = rules.claim_size(
-        concurrency=4, prefetch=100, running=0, buffered=0, claimed=8, max_jobs=10
-    )
-    assert (room, worth, counted) == (2, 2, 2)
+def test_a_claim_never_goes_past_max_jobs():
+    assert rules.claim_room([0, 0, 0, 0], 5, claimed=8, max_jobs=10) == 2
+    assert rules.claim_room([0, 0], 5, claimed=10, max_jobs=10) == 0
+
+
+def test_the_zygote_kills_a_body_a_little_before_its_lease_ends():
+    assert rules.watchdog_margin(30) == 0.25
+    assert rules.watchdog_margin(1) == pytest.approx(0.1)
+
+
+def test_a_stopped_body_is_told_why():
+    assert "timeout" in rules.stop_reason(4)
+    assert "lease was lost" in rules.stop_reason(1)
+    assert "grace" in rules.stop_reason(8)
 
 
 def test_heartbeat_defaults_to_a_third_of_the_shortest_lease():

@@ -1,0 +1,8 @@
+"""A submodule the tasks package imports."""
+
+from leasejobs import task
+
+
+@task
+def welcome(address):
+    return address

@@ -1,0 +1,284 @@
+"""The worker's statements at their seams, on real PostgreSQL, without a worker process.
+
+Each test drives ``leasejobs.db.store.WorkerStore`` the way the worker does and
+checks the rows: the fencing rule (attempt AND holder), two attempts of one
+job in one finish batch, the claim's run counting and synchronous commit.
+"""
+
+import threading
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from leasejobs.db import sql
+from leasejobs.db.connection import WorkerConnection, connection_params
+from leasejobs.db.store import Attempt, Outcome, WorkerStore, array_literal, claim_params
+from leasejobs.models import Job
+from tests.testapp.tasks import record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def store():
+    stores: list[WorkerStore] = []
+
+    def make(worker_id: str) -> WorkerStore:
+        s = WorkerStore(worker_id, heartbeat_timeout=5)
+        stores.append(s)
+        return s
+
+    yield make
+    for s in stores:
+        s.close()
+
+
+def claim(s: WorkerStore, limit: int = 10, counted: int = 10):
+    return s.claim(limit=limit, counted=counted, queues=None, lease_seconds=30, task_leases={})
+
+
+def test_a_claim_counts_the_runs_of_the_first_rows_it_is_told_to(store):
+    """A worker counts every row it claims (each goes to a child at once); the statement can count fewer."""
+    jobs = [record.enqueue(i) for i in range(5)]
+    rows = claim(store("w"), limit=5, counted=2)
+    assert [r.id for r in rows] == [j.id for j in jobs]
+    assert [r.counted for r in rows] == [True, True, False, False, False]
+    assert [Job.objects.get(id=j.id).runs for j in jobs] == [1, 1, 0, 0, 0]
+
+
+def test_a_finish_counts_the_run_of_a_buffered_job_and_a_release_refunds_an_unstarted_one(store):
+    a, b = record.enqueue(1), record.enqueue(2)
+    s = store("w")
+    rows = claim(s, counted=1)  # a counted at the claim, b buffered
+    s.finish([(Attempt(rows[1].id, rows[1].attempt), Outcome(status="done"), True)])
+    s.release([(Attempt(rows[0].id, rows[0].attempt), True)])  # a never started
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert (a.status, a.runs, b.status, b.runs) == ("queued", 0, "done", 1)
+
+
+def test_a_release_of_an_unstarted_job_undoes_its_claim_and_fences_its_holder_off(store):
+    """The attempt, the run and the worker_ids entry are taken back; the old holder's
+    writes with the token it was given match nothing, and the next claim issues it again."""
+    job = record.enqueue(1)
+    first = claim(store("a"))[0]
+    assert first.attempt == 1
+    Job.objects.filter(id=job.id).update(lease_until="2000-01-01T00:00:00Z")  # a was paused
+    b = store("b")
+    taken = claim(b)[0]
+    assert taken.attempt == 2
+    assert b.release([(Attempt(job.id, 2), True)]) == {Attempt(job.id, 2)}  # b never started it
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.runs, job.worker_ids) == ("queued", 1, 1, ["a"])
+    a = store("a")
+    stale = Attempt(job.id, 1)
+    assert [(r.held, r.renewed) for r in a.heartbeat([(stale, 30.0)])] == [(False, False)]
+    assert a.finish([(stale, Outcome(status="done"), False)]) == []
+    assert claim(store("c"))[0].attempt == 2
+    job.refresh_from_db()
+    assert (job.status, job.leased_by, job.worker_ids) == ("running", "c", ["a", "c"])
+
+
+def test_a_release_waits_out_a_lock_another_claim_holds_for_a_moment(store):
+    """Another worker's claim may hold a row it walked past until it commits; a give-back
+    that skipped it would leave the job's lease (and run) to run out."""
+    job = record.enqueue(1)
+    s = store("w")
+    row = claim(s)[0]
+    with psycopg.connect(**connection_params()) as other:
+        other.execute("SELECT 1 FROM leasejobs_job WHERE id = %s FOR UPDATE", [job.id])
+        unlock = threading.Timer(0.05, other.rollback)
+        unlock.start()
+        released = s.release([(Attempt(row.id, row.attempt), True)])
+        unlock.join()
+    assert released == {Attempt(job.id, 1)}
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.runs) == ("queued", 0, 0)
+
+
+def test_a_job_whose_last_run_was_given_back_counted_ends_at_the_next_claim(store):
+    """A body stopped at the end of a stop's grace (or a lease released from the admin)
+    gives the lease back with its run counted; with its runs used up, the job must not
+    start another body."""
+    job = record.enqueue(1)
+    Job.objects.filter(id=job.id).update(max_attempts=1)
+    s = store("w")
+    row = claim(s)[0]
+    s.release([(Attempt(row.id, row.attempt), False)])  # its body ran: the run stays counted
+    job.refresh_from_db()
+    assert (job.status, job.runs) == ("queued", 1)
+    assert [(r.id, r.ended) for r in claim(store("x"))] == [(job.id, "failed")]
+    job.refresh_from_db()
+    assert job.status == "failed" and "given back unfinished by worker w" in job.last_error, job.last_error
+
+
+def test_two_attempts_of_one_job_in_one_finish_batch_write_only_the_current_one(store):
+    job = record.enqueue(1)
+    s = store("w")
+    first = claim(s)[0]
+    Job.objects.filter(id=job.id).update(lease_until="2000-01-01T00:00:00Z")  # its lease ran out
+    second = claim(s)[0]  # the same worker re-claims it
+    assert (first.attempt, second.attempt) == (1, 2)
+    rows = s.finish(
+        [
+            (Attempt(job.id, 1), Outcome(status="done", result='"stale"'), True),
+            (Attempt(job.id, 2), Outcome(status="done", result='"current"'), False),
+        ]
+    )
+    assert [(r.attempt, r.written) for r in rows] == [(2, True)]
+    job.refresh_from_db()
+    assert (job.status, job.result, job.attempt) == ("done", "current", 2)
+
+
+def test_every_fenced_write_also_matches_the_holder(store):
+    """A lost claim commit re-made by another worker with the same token: nothing of ours passes."""
+    job = record.enqueue(1)
+    s = store("a")
+    row = claim(s)[0]
+    Job.objects.filter(id=job.id).update(leased_by="b")  # b holds the same attempt now
+    key = Attempt(row.id, row.attempt)
+    beat = s.heartbeat([(key, 30.0)])
+    assert [(b.held, b.renewed) for b in beat] == [(False, False)]
+    assert s.finish([(key, Outcome(status="done"), False)]) == []
+    assert s.release([(key, False)]) == set()
+    job.refresh_from_db()
+    assert (job.status, job.leased_by, job.attempt) == ("running", "b", 1)
+
+
+def _lock_row(job_id: int) -> psycopg.Connection:
+    """Another transaction holding the job row locked (as a body's side-effect block does)."""
+    conn = psycopg.connect(**connection_params())
+    conn.execute("SELECT 1 FROM leasejobs_job WHERE id = %s FOR SHARE", [job_id])
+    return conn
+
+
+def test_one_heartbeat_tells_renewed_locked_and_lost_rows_apart(store):
+    """Each held row gets its own answer, the locked and the lost ones among many renewed."""
+    jobs = [record.enqueue(i) for i in range(6)]
+    s = store("a")
+    rows = claim(s)
+    keys = [Attempt(r.id, r.attempt) for r in rows]
+    Job.objects.filter(id=jobs[4].id).update(leased_by="b")  # lost: another worker holds it
+    Job.objects.filter(id=jobs[2].id).update(cancel_requested=True)
+    locker = _lock_row(jobs[1].id)
+    try:
+        beat = {b.id: (b.renewed, b.held, b.cancel_requested) for b in s.heartbeat([(k, 30.0) for k in keys])}
+    finally:
+        locker.close()
+    assert beat == {
+        jobs[0].id: (True, True, False),
+        jobs[1].id: (False, True, False),
+        jobs[2].id: (True, True, True),
+        jobs[3].id: (True, True, False),
+        jobs[4].id: (False, False, False),
+        jobs[5].id: (True, True, False),
+    }
+
+
+def test_one_finish_tells_written_locked_and_stale_rows_apart(store):
+    """Only written rows and rows still ours but locked come back; a stale attempt's row does not."""
+    jobs = [record.enqueue(i) for i in range(5)]
+    s = store("a")
+    rows = claim(s)
+    batch = [(Attempt(r.id, r.attempt), Outcome(status="done"), False) for r in rows]
+    batch[3] = (Attempt(rows[3].id, rows[3].attempt + 1), Outcome(status="done"), False)  # stale token
+    locker = _lock_row(jobs[2].id)
+    try:
+        written = {(r.id, r.written) for r in s.finish(batch)}
+    finally:
+        locker.close()
+    assert written == {(jobs[0].id, True), (jobs[1].id, True), (jobs[2].id, False), (jobs[4].id, True)}
+    assert list(Job.objects.order_by("id").values_list("status", flat=True)) == [
+        "done",
+        "done",
+        "running",
+        "running",
+        "done",
+    ]
+
+
+def test_array_literals_read_back_as_the_values_given():
+    """The finish's arrays of numbers, booleans and statuses, cast by PostgreSQL as the statement does."""
+    with psycopg.connect(**connection_params()) as conn:
+        row = conn.execute(
+            "SELECT %s::bigint[], %s::int[], %s::boolean[], %s::float8[], %s::text[], %s::int[]",
+            [
+                array_literal([1, 2**40]),
+                array_literal([True, False, -1]),
+                array_literal([True, False]),
+                array_literal([0.0, 1e-05, 2.5, None]),
+                array_literal(["done", "queued"]),
+                array_literal([]),
+            ],
+        ).fetchone()
+    assert row == ([1, 2**40], [1, 0, -1], [True, False], [0.0, 1e-05, 2.5, None], ["done", "queued"], [])
+
+
+def test_the_worker_reads_json_back_as_stored():
+    """The worker's connections read jsonb without ``json.loads`` (``connection._json_loads``)."""
+    values = [
+        [],
+        {},
+        [1, "x", {"a": 2}],
+        {"nested": {"list": [[], {}], "ünïcode": 'line\u2028sep \\ "q"'}, "n": -1.5e-7},
+        "a string",
+        2**70,
+        True,
+        None,
+        [" ", "{}", "[]"],
+    ]
+    conn = WorkerConnection("test", "w")
+    try:
+        rows = conn.execute(
+            "SELECT v FROM unnest(%(values)s::jsonb[]) WITH ORDINALITY AS t(v, i) ORDER BY i",
+            {"values": [Jsonb(v) for v in values]},
+        )
+    finally:
+        conn.close()
+    assert [r[0] for r in rows] == values
+
+
+def test_a_claim_of_a_job_with_a_pending_cancel_ends_it_cancelled(store):
+    job = record.enqueue(1)
+    s = store("a")
+    claim(s)
+    Job.objects.filter(id=job.id).update(cancel_requested=True, lease_until="2000-01-01T00:00:00Z")
+    rows = claim(store("b"))
+    assert [(r.id, r.ended) for r in rows] == [(job.id, "cancelled")]
+    job.refresh_from_db()
+    assert (job.status, job.attempt) == ("cancelled", 1)
+
+
+def test_a_retry_written_while_a_cancel_is_pending_ends_cancelled(store):
+    job = record.enqueue(1)
+    s = store("a")
+    row = claim(s)[0]
+    Job.objects.filter(id=job.id).update(cancel_requested=True)
+    s.finish([(Attempt(row.id, row.attempt), Outcome(status="queued", retry_delay=0.1), False)])
+    job.refresh_from_db()
+    assert job.status == "cancelled" and job.finished_at is not None
+
+
+@pytest.mark.parametrize(
+    ("statement", "params"),
+    [
+        (
+            sql.CLAIM,
+            claim_params(limit=1, counted=1, queues=None, lease_seconds=30, task_leases={}, worker_id="w"),
+        ),
+        (sql.FENCE_CHECK, {}),
+    ],
+)
+def test_claims_and_side_effects_commit_synchronously_whatever_the_default(store, statement, params):
+    """A claim acknowledged and then lost in a crash could give one token to two workers."""
+    job = record.enqueue(1)
+    if statement is not sql.CLAIM:
+        claim(store("w"))
+        params = {**params, "id": job.id, "job_id": job.id}
+    with psycopg.connect(**connection_params(), options="-c synchronous_commit=off") as conn:
+        with conn.transaction():
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+            assert conn.execute(statement, params).fetchall()
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)  # this transaction only

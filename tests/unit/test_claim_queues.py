@@ -1,0 +1,113 @@
+"""The claim across queues, against a one-line model of what it must take.
+
+The best ``limit`` claimable jobs in claim order (priority, then the earliest
+due, then the oldest id) across the queues the claim serves: queued jobs
+that are due, and running jobs whose lease ran out (taken over); never jobs
+scheduled later, running jobs still held, paused queues or limited queues
+(``CLAIM_LIMITED``'s). The claim walks each priority only up to the jobs due
+now (``sql.CLAIM``); any rewrite of it must keep passing this.
+"""
+
+import pytest
+from django.db import connection, transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leasejobs.db import sql
+from leasejobs.db.store import claim_params
+from leasejobs.models import Queue
+
+QUEUES = ["a", "b", "c"]
+
+#: One job: its queue, its priority, when it is due (seconds from now: negative is due),
+#: and its state: queued, or running with its lease run out or still held (then it was due).
+jobs_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(QUEUES),
+        st.sampled_from([-1, 0, 5]),
+        st.sampled_from([-30, -20, -10, 60]),
+        st.sampled_from(["queued", "queued", "expired", "held"]),
+    ),
+    max_size=12,
+)
+
+
+def _insert(queue: str, priority: int, due_in: int, state: str = "queued") -> int:
+    """A job of a plain task, due ``due_in`` seconds from the transaction's start; its id.
+
+    ``state``: ``queued``, or running since it was due with a lease that ran
+    out a second ago (``expired``) or runs for a minute more (``held``).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO leasejobs_job (
+                task_name, queue, priority, args, kwargs, status, attempt, runs, max_attempts, run_at,
+                lease_until, leased_by, cancel_requested, last_error, errors, worker_ids, created_at,
+                snoozes
+            )
+            VALUES ('tests.claim', %(queue)s, %(priority)s, '[]', '{}',
+                    CASE WHEN %(state)s = 'queued' THEN 'queued' ELSE 'running' END,
+                    CASE WHEN %(state)s = 'queued' THEN 0 ELSE 1 END,
+                    CASE WHEN %(state)s = 'queued' THEN 0 ELSE 1 END, 3,
+                    now() + make_interval(secs => %(due_in)s),
+                    CASE %(state)s WHEN 'expired' THEN now() - interval '1 second'
+                                   WHEN 'held' THEN now() + interval '1 minute' END,
+                    CASE WHEN %(state)s = 'queued' THEN '' ELSE 'another-worker' END,
+                    false, '', '[]', '[]', now(), 0)
+            RETURNING id
+            """,
+            {"queue": queue, "priority": priority, "due_in": due_in, "state": state},
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _claim_ids(queues: list[str] | None, limit: int) -> list[int]:
+    """The ids ``sql.CLAIM`` takes, in the order it returns them, on Django's connection."""
+    params = claim_params(
+        limit=limit, counted=limit, queues=queues, lease_seconds=30, task_leases={}, worker_id="claim-test"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql.CLAIM, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    jobs=jobs_strategy,
+    paused=st.sets(st.sampled_from(QUEUES)),
+    limited=st.sets(st.sampled_from(QUEUES)),
+    # Repeated names included: a worker given --queue a --queue a takes as much as with one.
+    served=st.one_of(st.none(), st.lists(st.sampled_from([*QUEUES, "d"]), min_size=1, max_size=4)),
+    limit=st.integers(1, 6),
+)
+def test_a_claim_takes_the_best_jobs_of_its_queues_in_claim_order(
+    jobs: list[tuple[str, int, int, str]],
+    paused: set[str],
+    limited: set[str],
+    served: list[str] | None,
+    limit: int,
+) -> None:
+    with transaction.atomic():
+        for name in QUEUES:
+            if name in paused or name in limited:
+                Queue.objects.create(
+                    name=name, paused=name in paused, concurrency=2 if name in limited else None
+                )
+        # A running job was claimed when it was due: its run_at is in the past.
+        jobs = [(q, p, d if state == "queued" else -abs(d), state) for q, p, d, state in jobs]
+        rows = [(_insert(q, p, d, state), q, p, d, state) for q, p, d, state in jobs]
+        eligible = [
+            r
+            for r in rows
+            if r[3] < 0
+            and r[4] != "held"
+            and r[1] not in paused
+            and r[1] not in limited
+            and (served is None or r[1] in served)
+        ]
+        # Claim order: priority first, then the earliest due, then the oldest id.
+        expected = [r[0] for r in sorted(eligible, key=lambda r: (-r[2], r[3], r[0]))][:limit]
+        assert _claim_ids(served, limit) == expected
+        transaction.set_rollback(True)

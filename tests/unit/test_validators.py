@@ -1,0 +1,71 @@
+"""The rules of a job's options, checked without a database or a worker."""
+
+import math
+
+import pytest
+
+from leasejobs.db import rows
+from leasejobs.db.rows import exception_entry, qualified_name
+from leasejobs.jobs.registry import task
+
+
+@pytest.mark.parametrize("value", [0, -1, math.inf, math.nan, True, "3", None])
+def test_a_lease_is_finite_seconds_above_zero(value):
+    with pytest.raises(ValueError, match=r"^lease_seconds must be a positive number of seconds \(finite\)"):
+        rows.validate_lease_seconds(value)
+
+
+@pytest.mark.parametrize("value", [0.001, 1, 30.5, 86400])
+def test_good_leases_and_timeouts_pass_as_they_are(value):
+    assert rows.validate_lease_seconds(value) == value
+    assert rows.validate_timeout_seconds(value) == value
+
+
+@pytest.mark.parametrize("option", ["lease_seconds", "timeout_seconds"])
+@pytest.mark.parametrize("value", [math.inf, math.nan, 0])
+def test_task_refuses_an_endless_or_empty_lease_or_timeout_where_it_is_defined(option, value):
+    with pytest.raises(ValueError, match=f"^{option} of task .*never_registered must be a positive number"):
+
+        @task(**{option: value})
+        def never_registered() -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("validate", "value", "message"),
+    [
+        (rows.validate_queue, "", "queue must be a name of 1 to 100 characters, not ''"),
+        (rows.validate_queue, "q" * 101, "queue must be a name of 1 to 100 characters"),
+        (rows.validate_queue, None, "queue must be a name"),
+        (rows.validate_priority, 101, "priority must be a whole number between -100 and 100"),
+        (rows.validate_priority, True, "priority must be a whole number"),
+        (rows.validate_max_attempts, 0, "max_attempts must be a whole number of at least 1"),
+        (rows.validate_max_attempts, 2.0, "max_attempts must be a whole number of at least 1"),
+        (rows.validate_key, "k" * 256, "idempotency_key must be a non-empty string of at most 255"),
+        (rows.validate_worker_id, "  ", "worker_id must be 1 to 200 characters, not blank"),
+    ],
+)
+def test_each_rule_refuses_in_one_sentence_naming_the_option(validate, value, message):
+    with pytest.raises(ValueError, match="^" + message):
+        validate(value)
+
+
+def test_the_caller_names_the_option_its_own_way():
+    with pytest.raises(ValueError, match=r"^--queue must be a name of 1 to 100 characters, not ''\.$"):
+        rows.validate_queue("", "--queue")
+
+
+def test_the_task_lease_wins_over_the_worker_lease():
+    assert rows.effective_lease(60, 30.0) == 60.0
+    assert rows.effective_lease(None, 30) == 30.0
+    assert isinstance(rows.effective_lease(None, 30), float)
+
+
+def test_an_error_entry_names_attempt_worker_class_and_traceback():
+    try:
+        raise KeyError("gone")
+    except KeyError as exc:
+        entry = exception_entry(3, "w1", exc)
+    assert (entry["attempt"], entry["worker_id"], entry["exception_class"]) == (3, "w1", "builtins.KeyError")
+    assert entry["traceback"].startswith("Traceback (most recent call last):")
+    assert entry["traceback"].rstrip().endswith("KeyError: 'gone'")
+    assert qualified_name(ValueError) == "builtins.ValueError"
