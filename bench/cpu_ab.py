@@ -10,8 +10,9 @@ own on the same server (``postgresql://postgres@127.0.0.1:5432/<db>``, or
 ``--server``). Per run: queue ``--jobs`` no-op jobs due in an hour, ANALYZE,
 start two ``runworker`` processes, wait until they listen, make the jobs due
 (with a NOTIFY), wait until all are done, then read the CPU time of the two
-worker processes and of their PostgreSQL backends from ``/proc`` (startup is
-not counted; the finish and heartbeat connections open during the drain and
+worker processes, of their zygotes and children (where the bodies run) and
+of their PostgreSQL backends from ``/proc`` (startup is not counted; the
+finish and heartbeat connections, and children, that start during the drain
 count whole). Wall-clock jobs/s come from the rows' own timestamps. Linux only.
 """
 
@@ -22,6 +23,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -39,13 +41,42 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / HZ
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (a worker's zygote and children), from ``/proc``."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                kids = [int(k) for k in Path(f"/proc/{parent}/task/{task}/children").read_text().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def value(conn: psycopg.Connection[tuple[Any, ...]], query: str, params: list[Any] | None = None) -> Any:
+    """The first column of a statement that always returns one row."""
+    row = conn.execute(query, params).fetchone()
+    assert row is not None, query
+    return row[0]
+
+
 def bench_module(tree: Path) -> str:
-    """Where the bench's tasks live in that tree (a package since issue 11)."""
+    """Where the bench's tasks live in that tree: beside the library since issue 30, a package since 11."""
+    if (tree / "bench/tasks.py").exists():
+        return "bench.tasks"
     return "leasejobs.bench.tasks" if (tree / "leasejobs/bench/tasks.py").exists() else "leasejobs.bench"
 
 
-def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, float]:
-    """(worker µs/job, backends µs/job, jobs/s) of one drain."""
+def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, float, float]:
+    """(worker µs/job, children µs/job, backends µs/job, jobs/s) of one drain."""
     module = bench_module(tree)
     python = str(tree / ".venv/bin/python")
     env = dict(os.environ, DATABASE_URL=url, PYTHONPATH=str(tree))
@@ -57,7 +88,7 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
     )
     subprocess.run([python, "-c", template], env=env, cwd=tree, check=True)
     with psycopg.connect(url, autocommit=True) as conn:
-        template_id = conn.execute("UPDATE leasejobs_job SET status = 'done' RETURNING id").fetchone()[0]
+        template_id = value(conn, "UPDATE leasejobs_job SET status = 'done' RETURNING id")
         columns = [
             r[0]
             for r in conn.execute(
@@ -90,10 +121,11 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
         try:
             deadline = time.monotonic() + 60
             while True:
-                listening = conn.execute(
+                listening = value(
+                    conn,
                     "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE application_name LIKE 'leasejobs %%cpu-ab-%%' AND query LIKE 'LISTEN%%'"
-                ).fetchone()[0]
+                    " WHERE application_name LIKE 'leasejobs %%cpu-ab-%%' AND query LIKE 'LISTEN%%'",
+                )
                 if listening >= WORKERS:
                     break
                 if time.monotonic() > deadline:
@@ -106,12 +138,13 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
                     "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'leasejobs %%cpu-ab-%%'"
                 )
             ]
-            pids = [p.pid for p in procs] + backends
+            children = [c for p in procs for c in descendants(p.pid)]
+            pids = [p.pid for p in procs] + children + backends
             before = {pid: cpu_seconds(pid) for pid in pids}
             conn.execute("UPDATE leasejobs_job SET run_at = now() WHERE status = 'queued'")
             conn.execute("SELECT pg_notify('leasejobs', %s)", [QUEUE])
             deadline = time.monotonic() + 600
-            while conn.execute("SELECT count(*) FROM leasejobs_job WHERE status <> 'done'").fetchone()[0]:
+            while value(conn, "SELECT count(*) FROM leasejobs_job WHERE status <> 'done'"):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the drain did not end within 600 s")
                 time.sleep(0.05)
@@ -125,8 +158,9 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
                     [backends],
                 )
             ]
-            before.update({pid: 0.0 for pid in backends if pid not in before})
-            pids = [p.pid for p in procs] + backends
+            children += [c for p in procs for c in descendants(p.pid) if c not in children]
+            before.update({pid: 0.0 for pid in backends + children if pid not in before})
+            pids = [p.pid for p in procs] + children + backends
             after = {pid: cpu_seconds(pid) for pid in pids}
 
             def used(group: list[int]) -> float:
@@ -134,12 +168,18 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
                     a - b for p in group if (b := before[p]) is not None and (a := after[p]) is not None
                 )
 
-            span = conn.execute(
+            span = value(
+                conn,
                 "SELECT extract(epoch FROM max(finished_at) - min(started_at))::float8"
                 " FROM leasejobs_job WHERE id <> %s",
                 [template_id],
-            ).fetchone()[0]
-            return 1e6 * used([p.pid for p in procs]) / jobs, 1e6 * used(backends) / jobs, jobs / span
+            )
+            return (
+                1e6 * used([p.pid for p in procs]) / jobs,
+                1e6 * used(children) / jobs,
+                1e6 * used(backends) / jobs,
+                jobs / span,
+            )
         finally:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -166,24 +206,25 @@ def main() -> None:
         name, rest = spec.split("=", 1)
         directory, database = rest.rsplit(":", 1)
         trees[name] = (Path(directory).resolve(), f"{args.server}/{database}")
-    results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    results: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
     for _ in range(args.rounds):
         for level in args.levels.split(","):
             for name, (tree, url) in trees.items():
-                worker, backends, rate = one_run(tree, url, args.jobs, level)
-                results.setdefault((level, name), []).append((worker, backends, rate))
+                worker, children, backends, rate = one_run(tree, url, args.jobs, level)
+                results.setdefault((level, name), []).append((worker, children, backends, rate))
                 print(
-                    f"{name} {level}: worker {worker:.1f} µs/job, backends {backends:.1f}, "
-                    f"total {worker + backends:.1f}; {rate:,.0f} jobs/s",
+                    f"{name} {level}: worker {worker:.1f} µs/job, children {children:.1f},"
+                    f" backends {backends:.1f}, total {worker + children + backends:.1f}; {rate:,.0f} jobs/s",
                     flush=True,
                 )
     print("medians:")
     for (level, name), runs in results.items():
         print(
             f"  {level:8s} {name}: worker {statistics.median(r[0] for r in runs):.1f}"
-            f"  backends {statistics.median(r[1] for r in runs):.1f}"
-            f"  total {statistics.median(r[0] + r[1] for r in runs):.1f} µs/job;"
-            f" {statistics.median(r[2] for r in runs):,.0f} jobs/s"
+            f"  children {statistics.median(r[1] for r in runs):.1f}"
+            f"  backends {statistics.median(r[2] for r in runs):.1f}"
+            f"  total {statistics.median(r[0] + r[1] + r[2] for r in runs):.1f} µs/job;"
+            f" {statistics.median(r[3] for r in runs):,.0f} jobs/s"
         )
 
 

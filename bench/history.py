@@ -77,7 +77,9 @@ def main() -> None:
             return seconds
 
         def sizes(label: str, rows: int) -> None:
-            table, indexes, toast = conn.execute(SIZES).fetchone()
+            row = conn.execute(SIZES).fetchone()
+            assert row is not None
+            table, indexes, toast = row
             per = 1_000_000 / rows
             print(
                 f"{label}: table {mb(table)}, indexes {mb(indexes)}, toast+fsm+vm {mb(toast)}; "

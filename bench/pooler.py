@@ -28,13 +28,11 @@ django.setup()
 
 import psycopg  # noqa: E402
 
-from leasejobs import bench  # noqa: E402
-from leasejobs.connection import database_url  # noqa: E402
+from bench.tasks import QUEUE, register_tasks  # noqa: E402
+from localworkers import database_url  # noqa: E402
 from tests.pgbouncer import PgBouncer  # noqa: E402
 
-WORKER = (
-    "import sys, django; django.setup(); from leasejobs.bench import worker_main; worker_main(sys.argv[1:])"
-)
+WORKER = "import sys, django; django.setup(); from bench.tasks import worker_main; worker_main(sys.argv[1:])"
 
 
 def peak_connections(url: str, dbname: str, stop: threading.Event, peak: list[int]) -> None:
@@ -45,6 +43,7 @@ def peak_connections(url: str, dbname: str, stop: threading.Event, peak: list[in
                 " AND pid <> pg_backend_pid()",
                 [dbname],
             ).fetchone()
+            assert row is not None
             peak[0] = max(peak[0], int(row[0]))
             time.sleep(0.05)
 
@@ -52,9 +51,9 @@ def peak_connections(url: str, dbname: str, stop: threading.Event, peak: list[in
 def run(way: str, worker_url: str, args: argparse.Namespace) -> dict[str, float]:
     direct = database_url()
     dbname = direct.rsplit("/", 1)[1]
-    noop = bench.register_tasks()["noop"]
+    noop = register_tasks()["noop"]
     with psycopg.connect(direct, autocommit=True) as conn:
-        conn.execute("DELETE FROM leasejobs_job WHERE queue = %s", [bench.QUEUE])
+        conn.execute("DELETE FROM leasejobs_job WHERE queue = %s", [QUEUE])
     left = args.jobs
     while left:
         noop.bulk_enqueue([((), {})] * min(left, 5000))
@@ -70,7 +69,7 @@ def run(way: str, worker_url: str, args: argparse.Namespace) -> dict[str, float]
     stop, peak = threading.Event(), [0]
     sampler = threading.Thread(target=peak_connections, args=(direct, dbname, stop, peak))
     sampler.start()
-    argv = ["--burst", "--queue", bench.QUEUE, "--concurrency", str(args.concurrency)]
+    argv = ["--burst", "--queue", QUEUE, "--concurrency", str(args.concurrency)]
     procs = [
         subprocess.Popen([sys.executable, "-c", WORKER, *argv], env=env, stdin=subprocess.DEVNULL)
         for _ in range(args.workers)
@@ -84,11 +83,13 @@ def run(way: str, worker_url: str, args: argparse.Namespace) -> dict[str, float]
         stop.set()
         sampler.join()
     with psycopg.connect(direct) as conn:
-        done, twice, seconds = conn.execute(
+        row = conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE attempt <> 1),"
             " extract(epoch FROM max(finished_at) - min(started_at)) FROM leasejobs_job WHERE queue = %s",
-            [bench.QUEUE],
+            [QUEUE],
         ).fetchone()
+    assert row is not None
+    done, twice, seconds = row
     assert codes == [0] * len(procs), codes
     assert (done, twice) == (args.jobs, 0), (done, twice)
     return {"jobs_per_s": args.jobs / float(seconds), "peak_server_connections": peak[0]}

@@ -28,6 +28,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "leasejobs",
     "demo_site.receipts",
+    # manage.py leasejobs_bench: the benchmark, beside the library (not in its wheel).
+    "bench",
 ]
 
 MIDDLEWARE = [

@@ -22,6 +22,7 @@ created anew); leasejobs uses ``DATABASE_URL`` itself. The medians of
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -37,36 +38,39 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))  # the project: its stdlib-only helper below
-from leasejobs.bench.host import STEAL_SHOWN, cpu_ticks, steal_share  # noqa: E402
+sys.path.insert(0, str(HERE.parent.parent))  # the project: bench.host and bench.dbcost need no Django
+from bench import dbcost  # noqa: E402
+from bench.host import STEAL_SHOWN, cpu_ticks, steal_share  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 
-#: (label, processes, extra worker arguments): each peer's default, then its best.
-PGQUEUER_CONFIGS = [
+#: (label, processes, extra worker arguments) of a peer's worker processes.
+Configs = list[tuple[str, int, list[str]]]
+
+#: Each peer's default, then its best.
+PGQUEUER_CONFIGS: Configs = [
     ("default (batch 10), 1 process", 1, ["--batch-size", "10"]),
     ("default (batch 10), 2 processes", 2, ["--batch-size", "10"]),
     ("batch 50, 2 processes (best)", 2, ["--batch-size", "50"]),
 ]
-PROCRASTINATE_CONFIGS = [
+PROCRASTINATE_CONFIGS: Configs = [
     ("default (concurrency 1), 1 process", 1, ["--concurrency", "1"]),
     ("concurrency 16, 2 processes (best)", 2, ["--concurrency", "16"]),
 ]
 
 #: --workload io: every queue runs 64 jobs at once per process, two processes.
-IO_CONFIGS = {
+IO_CONFIGS: dict[str, Configs] = {
     # batch_size alone does not bound PgQueuer's jobs in flight: max_concurrent_tasks does
     # (at least twice the batch).
     "pgqueuer": [
         ("batch 32, 64 at once, 2 processes", 2, ["--batch-size", "32", "--max-concurrent-tasks", "64"])
     ],
     "procrastinate": [("concurrency 64, 2 processes", 2, ["--concurrency", "64"])],
-    "leasejobs": "64",
 }
 #: --workload cpu: each queue's default concurrency, one process and two. With
 #: two, the workers want both of this machine's cores and PostgreSQL gets
 #: none: one process shows what a worker makes of its own core.
-CPU_CONFIGS = {
+CPU_CONFIGS: dict[str, Configs] = {
     "pgqueuer": [
         ("default (batch 10), 1 process", 1, ["--batch-size", "10"]),
         ("default (batch 10), 2 processes", 2, ["--batch-size", "10"]),
@@ -75,8 +79,9 @@ CPU_CONFIGS = {
         ("default (concurrency 1), 1 process", 1, ["--concurrency", "1"]),
         ("default (concurrency 1), 2 processes", 2, ["--concurrency", "1"]),
     ],
-    "leasejobs": "4",
 }
+#: leasejobs' --concurrency (child processes) per worker in each of these workloads.
+LEASEJOBS_CONCURRENCY = {"io": "64", "cpu": "4"}
 
 
 class Work:
@@ -155,10 +160,11 @@ def wait_connected(dsn: str, proc: subprocess.Popen[bytes], timeout: float = 30)
     """
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while not conn.execute(
+        while not one_row(
+            conn,
             "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchone()[0]:
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )[0]:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise RuntimeError("the worker did not connect within 30 s")
             time.sleep(0.1)
@@ -171,12 +177,19 @@ def latencies(ms: list[float]) -> dict[str, float]:
     return {"jobs": len(ms), "p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": max(ms)}
 
 
+def one_row(conn: psycopg.Connection[tuple[Any, ...]], query: str) -> tuple[Any, ...]:
+    """The row of a statement that always returns one (an aggregate)."""
+    row = conn.execute(query).fetchone()
+    assert row is not None, query
+    return row
+
+
 def chunks(jobs: int, chunk: int) -> list[int]:
     """The sizes of the calls that enqueue ``jobs`` at most ``chunk`` at a time."""
     return [min(chunk, jobs - start) for start in range(0, jobs, chunk)]
 
 
-def timed(fn: Callable[[], None], jobs: int) -> float:
+def timed(fn: Callable[[], object], jobs: int) -> float:
     started = time.perf_counter()
     fn()
     return jobs / (time.perf_counter() - started)
@@ -185,9 +198,26 @@ def timed(fn: Callable[[], None], jobs: int) -> float:
 # -- PgQueuer ---------------------------------------------------------------------
 
 
+def costed(dsn: str, jobs: int, drain: Callable[[], float], costs: list[dict[str, Any]]) -> float:
+    """Run ``drain`` (enqueue and process ``jobs`` jobs), appending its database cost per job to ``costs``.
+
+    The peers' workers exit at the end of a drain, taking their backends'
+    CPU time with them: it is read for leasejobs only (``leasejobs_bench``).
+    """
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        checkpointed = dbcost.checkpoint(conn)
+        before = dbcost.read(conn)
+        rate = drain()
+        time.sleep(1.1)  # a backend still open reports its counters at most a second later
+        costs.append(dbcost.per_job(before, dbcost.read(conn), {}, {}, jobs, checkpointed=checkpointed))
+    return rate
+
+
 class PgQueuerBench:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
+        #: The database's cost per job of each processing run (``costed``), in order.
+        self.costs: list[dict[str, Any]] = []
         self.env = {**os.environ, "PEER_DSN": dsn, "PYTHONPATH": str(HERE)}
         subprocess.run([str(VENV_BIN / "pgq"), "--pg-dsn", dsn, "install"], check=True, capture_output=True)
 
@@ -246,8 +276,9 @@ class PgQueuerBench:
             path.touch()
             env = {**self.env, "PEER_LATENCY_FILE": str(path)}
             cmd = [sys.executable, str(HERE / "run_pgqueuer.py"), "peers:pgqueuer_factory", *args]
-            quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
-            proc = subprocess.Popen(cmd, cwd=HERE, env=env, **quiet)
+            proc = subprocess.Popen(
+                cmd, cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+            )
             try:
                 wait_connected(self.dsn, proc)
                 asyncio.run(self._stamps(jobs, rate))
@@ -266,18 +297,22 @@ class PgQueuerBench:
             return latencies([float(x) * 1000 for x in path.read_text().split()])
 
     def process(self, jobs: int, processes: int, args: list[str], work: Work | None = None) -> float:
-        self.enqueue(jobs, 1000, work)
+        self.reset()
+        return costed(self.dsn, jobs, lambda: self._drain(jobs, processes, args, work), self.costs)
+
+    def _drain(self, jobs: int, processes: int, args: list[str], work: Work | None) -> float:
+        asyncio.run(self._enqueue(jobs, 1000, work))
         analyze(self.dsn, "pgqueuer")
         cmd = [sys.executable, str(HERE / "run_pgqueuer.py"), "peers:pgqueuer_factory", "--mode", "drain"]
         run_workers([cmd + args] * processes, self.env, timeout=600)
         with psycopg.connect(self.dsn) as conn:
-            row = conn.execute(
+            done, seconds = one_row(
+                conn,
                 "SELECT count(*) FILTER (WHERE status = 'successful'),"
                 " extract(epoch FROM max(created) FILTER (WHERE status = 'successful')"
                 "                  - min(created) FILTER (WHERE status = 'picked'))"
-                " FROM pgqueuer_log"
-            ).fetchone()
-        done, seconds = row
+                " FROM pgqueuer_log",
+            )
         if done != jobs:
             raise RuntimeError(f"PgQueuer finished {done} of {jobs} jobs")
         return jobs / float(seconds)
@@ -289,6 +324,8 @@ class PgQueuerBench:
 class ProcrastinateBench:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
+        #: The database's cost per job of each processing run (``costed``), in order.
+        self.costs: list[dict[str, Any]] = []
         self.env = {**os.environ, "PEER_DSN": dsn, "PYTHONPATH": str(HERE)}
         self.cli = [str(VENV_BIN / "procrastinate"), "--app", "peers.procrastinate_app"]
         schema = [*self.cli, "schema", "--apply"]
@@ -300,9 +337,12 @@ class ProcrastinateBench:
             conn.execute("VACUUM ANALYZE procrastinate_jobs")
 
     def enqueue(self, jobs: int, chunk: int | None = None, work: Work | None = None) -> float:
-        import peers
-
         self.reset()
+        return self._defer(jobs, chunk, work)
+
+    def _defer(self, jobs: int, chunk: int | None, work: Work | None) -> float:
+        from bench.compare import peers
+
         app = peers.procrastinate_sync_app(self.dsn)
         kwargs = {"seconds": work.seconds} if work and work.kind != "noop" else {}
         with app.open():
@@ -312,18 +352,22 @@ class ProcrastinateBench:
             return timed(lambda: [deferrer.batch_defer(*[kwargs] * n) for n in chunks(jobs, chunk)], jobs)
 
     def process(self, jobs: int, processes: int, args: list[str], work: Work | None = None) -> float:
-        self.enqueue(jobs, 1000, work)
+        self.reset()
+        return costed(self.dsn, jobs, lambda: self._drain(jobs, processes, args, work), self.costs)
+
+    def _drain(self, jobs: int, processes: int, args: list[str], work: Work | None) -> float:
+        self._defer(jobs, 1000, work)
         analyze(self.dsn, "procrastinate_jobs")
         cmd = [*self.cli, "--log-level", "warning", "worker", "--one-shot", *args]
         run_workers([cmd] * processes, self.env, timeout=900)
         with psycopg.connect(self.dsn) as conn:
-            row = conn.execute(
+            done, seconds = one_row(
+                conn,
                 "SELECT count(*) FILTER (WHERE type = 'succeeded'),"
                 " extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded')"
                 "                  - min(at) FILTER (WHERE type = 'started'))"
-                " FROM procrastinate_events"
-            ).fetchone()
-        done, seconds = row
+                " FROM procrastinate_events",
+            )
         if done != jobs:
             raise RuntimeError(f"procrastinate finished {done} of {jobs} jobs")
         return jobs / float(seconds)
@@ -360,10 +404,9 @@ def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
             "--raw-sql", "--raw-batches", "1,10,50", "--raw-clients", "1,2",
         ]  # fmt: skip
     else:
-        concurrency = (IO_CONFIGS if work.kind == "io" else CPU_CONFIGS)["leasejobs"]
         cmd += [
             "--workers", "2" if work.kind == "io" else "1,2",
-            "--concurrency", str(concurrency),
+            "--concurrency", LEASEJOBS_CONCURRENCY[work.kind],
             "--enqueue-jobs", "0",
             "--workload", work.kind,
             f"--{work.kind}-seconds", str(work.seconds),
@@ -371,11 +414,13 @@ def leasejobs(args: argparse.Namespace, work: Work) -> dict[str, Any]:
     return run_leasejobs_bench(args, *cmd)
 
 
-def leasejobs_defaults(args: argparse.Namespace) -> dict[str, float]:
-    """One processing run of leasejobs at ``runworker``'s defaults (2 processes), per log level."""
+def leasejobs_defaults(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, Any]]:
+    """One processing run of leasejobs at ``runworker``'s defaults (2 processes), per log level:
+    the jobs/s and the database's cost per job."""
     options = ["--repeat", "1", "--workers", "2", "--concurrency", "4", "--worker-log-level", "info,warning"]
     results = run_leasejobs_bench(args, *options, "--enqueue-jobs", "0", "--latency-jobs", "0")
-    return {f["log_level"]: f["median"] for f in results["processing"]}
+    rates = {f["log_level"]: f["median"] for f in results["processing"]}
+    return rates, {f["log_level"]: f.get("database") for f in results["processing"]}
 
 
 def ab_defaults(args: argparse.Namespace, base: str) -> dict[str, Any]:
@@ -389,16 +434,21 @@ def ab_defaults(args: argparse.Namespace, base: str) -> dict[str, Any]:
     recreate_database(base, dsn)
     pgqueuer = PgQueuerBench(dsn)
     best = PGQUEUER_CONFIGS[-1]
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     for i in range(args.ab):
         print(
             f"... round {i + 1} of {args.ab}: leasejobs (INFO, -v 0), then PgQueuer {best[0]}",
             file=sys.stderr,
         )
-        leasejobs_rates = leasejobs_defaults(args)
+        leasejobs_rates, leasejobs_costs = leasejobs_defaults(args)
         peer = pgqueuer.process(args.jobs, best[1], best[2])
         rounds.append(
-            {"info": leasejobs_rates["info"], "warning": leasejobs_rates["warning"], "pgqueuer": peer}
+            {
+                "info": leasejobs_rates["info"],
+                "warning": leasejobs_rates["warning"],
+                "pgqueuer": peer,
+                "database": {"leasejobs": leasejobs_costs["info"], "pgqueuer": pgqueuer.costs[-1]},
+            }
         )
     ratios = [r["info"] / r["pgqueuer"] for r in rounds]
     of_quiet = [r["info"] / r["warning"] for r in rounds]
@@ -411,12 +461,28 @@ def ab_defaults(args: argparse.Namespace, base: str) -> dict[str, Any]:
         )
     median_ratio, median_quiet = statistics.median(ratios), statistics.median(of_quiet)
     print(f"\nmedian INFO/PgQueuer {median_ratio:.2f}, median INFO/-v 0 {median_quiet:.0%}")
+    print("\nthe database per job, enqueue to finish (bench/dbcost.py), medians of the rounds")
+    for queue in ("leasejobs", "pgqueuer"):
+        costs = [r["database"][queue] for r in rounds if r["database"][queue]]
+        if costs:
+            print(f"  {queue:<10}  {database_text(dbcost.median(costs))}")
     return {
         "pgqueuer_config": best[0],
         "rounds": rounds,
         "median_ratio": median_ratio,
         "median_of_quiet": median_quiet,
     }
+
+
+def database_text(d: dict[str, Any]) -> str:
+    """WAL, full-page images, transactions and row versions per job; PostgreSQL CPU where read."""
+    text = (
+        f"WAL {d['wal_bytes']:>6,.0f} B  FPI {d['wal_fpi'] or 0:.3f}  transactions {d['xacts']:.2f}"
+        f"  row versions {d['rows_written']:.2f} ({d['dead_rows']:.2f} dead)"
+    )
+    if d.get("pg_cpu_us") is not None:
+        text += f"  PostgreSQL CPU {d['pg_cpu_us']:.1f} µs"
+    return text + ("" if d["checkpointed"] else "  (no checkpoint before)")
 
 
 def main() -> None:
@@ -476,6 +542,7 @@ def main() -> None:
     }
 
     steals: dict[tuple[str, str], float] = {}  # (queue, config): the most the host took in one run
+    costs: dict[tuple[str, str], dict[str, Any]] = {}  # (queue, config): the database per job
 
     def measure(queue: str, config: str, what: str, fn: Callable[[], float]) -> None:
         print(f"... {queue}: {what}, {config}", file=sys.stderr, flush=True)
@@ -511,13 +578,15 @@ def main() -> None:
         for f in lj["processing"]:
             config = f"concurrency {f['concurrency']}, {f['workers']} process(es), {f['log_level'].upper()}"
             rows.append(("processing", "leasejobs", config, f["median"], f["runs"]))
+            if f.get("database"):
+                costs[("leasejobs", config)] = f["database"]
             ideals[("leasejobs", config)] = work.ideal(f["workers"], f["concurrency"])
             if stolen := [x for x in f.get("steal", []) if x is not None]:
                 steals[("leasejobs", config)] = max(stolen)
         for r in lj.get("raw_sql", []):
             config = f"{r['batch']} per statement, {r['clients']} client(s)"
             rows.append(("processing", "raw SQL limit", config, r["median"], r["runs"]))
-    peers: list[tuple[str, Any, list[tuple[str, int, list[str]]]]] = []
+    peers: list[tuple[str, PgQueuerBench | ProcrastinateBench, Configs]] = []
     configs_by_peer = {"noop": None, "io": IO_CONFIGS, "cpu": CPU_CONFIGS}[work.kind]
     if "pgqueuer" in only:
         dsn = peer_dsn(base, "pgqueuer")
@@ -539,12 +608,13 @@ def main() -> None:
             latency.append((name, "default (batch 10), 1 process", figures))
         if args.enqueue_jobs and work.kind == "noop":
             n = args.enqueue_jobs
-            measure(name, "one call per job", "enqueue single", lambda p=peer, n=n: p.enqueue(n))
-            measure(name, "1,000 per call", "enqueue bulk", lambda p=peer, n=n: p.enqueue(n, 1000))
+            measure(name, "one call per job", "enqueue single", functools.partial(peer.enqueue, n))
+            measure(name, "1,000 per call", "enqueue bulk", functools.partial(peer.enqueue, n, 1000))
         for config, processes, extra in configs:
-            run = lambda p=peer, k=processes, e=extra: p.process(args.jobs, k, e, work)  # noqa: E731
+            run = functools.partial(peer.process, args.jobs, processes, extra, work)
             measure(name, config, "processing", run)
             ideals[(name, config)] = work.ideal(processes, int(extra[-1]))
+            costs[(name, config)] = dbcost.median(peer.costs[-args.repeat :])
 
     results["latency"] = [{"queue": q, "config": c, **f} for q, c, f in latency]
     results["rows"] = [
@@ -568,6 +638,12 @@ def main() -> None:
                 detail += f"  host steal up to {steals[(q, c)]:.0%} of all CPUs' time in a run"
             print(f"  {q:<{width_q}}  {c:<{width_c}}  {median:>9,.0f} jobs/s{detail}")
         print()
+    if costs:
+        print("the database per job, enqueue to finish (bench/dbcost.py)")
+        for (q, c), cost in costs.items():
+            print(f"  {q:<{width_q}}  {c:<{width_c}}  {database_text(cost)}")
+        print()
+    results["database"] = [{"queue": q, "config": c, **cost} for (q, c), cost in costs.items()]
     if latency:
         print(f"idle enqueue-to-start latency, {args.latency_jobs} jobs at {args.latency_rate:g}/s")
         for q, c, f in latency:

@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import procrastinate
 
@@ -26,7 +28,7 @@ DSN = os.environ.get("PEER_DSN", "")
 
 
 @contextlib.asynccontextmanager
-async def pgqueuer_factory():
+async def pgqueuer_factory() -> AsyncIterator[Any]:
     """What ``pgq run`` enters: a PgQueuer on an asyncpg connection, one no-op entrypoint."""
     import asyncpg
     from pgqueuer import PgQueuer
@@ -36,19 +38,19 @@ async def pgqueuer_factory():
     pgq = PgQueuer(AsyncpgDriver(conn))
 
     @pgq.entrypoint("noop")
-    async def noop(job) -> None:
+    async def noop(job: Any) -> None:
         return None
 
     @pgq.entrypoint("sleep")
-    async def sleep(job) -> None:
+    async def sleep(job: Any) -> None:
         await asyncio.sleep(float(job.payload))
 
     @pgq.entrypoint("spin")
-    async def spin(job) -> None:
+    async def spin(job: Any) -> None:
         spin_for(float(job.payload))
 
     @pgq.entrypoint("stamp")
-    async def stamp(job) -> None:
+    async def stamp(job: Any) -> None:
         """Appends seconds from the enqueue call (the payload: its time.time()) to this body's start."""
         started = time.time()
         with open(os.environ["PEER_LATENCY_FILE"], "a") as out:

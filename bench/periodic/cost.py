@@ -19,6 +19,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -30,7 +31,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from leasejobs import registry  # noqa: E402
+from leasejobs.jobs import registry  # noqa: E402
 from leasejobs.models import Job, PeriodicSchedule  # noqa: E402
 from leasejobs.periodic.scheduler import Scheduler  # noqa: E402
 from leasejobs.periodic.schedules import _check  # noqa: E402
@@ -39,7 +40,7 @@ ROUNDS = 500
 NAME = "bench-periodic-cost"
 
 
-def timed(setup, action) -> list[float]:
+def timed(setup: Callable[[], object], action: Callable[[], object]) -> list[float]:
     times = []
     for _ in range(ROUNDS):
         setup()

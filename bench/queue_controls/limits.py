@@ -23,7 +23,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from leasejobs import controls  # noqa: E402
+from leasejobs.queues import controls  # noqa: E402
 from tests.testapp.tasks import add  # noqa: E402
 
 

@@ -69,6 +69,8 @@ class BodyRun(models.Model):
         ALREADY_SENT = "already sent"
         REJECTED = "stale write rejected"
         RAISED = "raised"
+        #: Its process was killed (the demo writes this: the body could not).
+        STOPPED = "stopped by its worker"
 
     job_id = models.BigIntegerField()
     attempt = models.IntegerField()

@@ -28,9 +28,9 @@ from django.db.models.functions import Now
 
 from demo_site.receipts.models import BodyRun, Message, Order
 from demo_site.receipts.tasks import send_receipt, send_receipt_naive
-from leasejobs.connection import database_url, missing_connections
+from leasejobs.jobs.registry import Task
 from leasejobs.models import Job
-from leasejobs.registry import Task
+from localworkers import database_url, missing_connections
 
 logger = logging.getLogger("demo_site.receipts")
 
@@ -274,6 +274,7 @@ class Story:
                 )
                 holder.resume()
                 self.note = f"{holder.worker_id} resumed (SIGCONT) after {time.monotonic() - paused_at:.1f} s"
+                self._wait_for_stopped_body(scenario, holder, job.id)
             self._wait(
                 scenario,
                 job.id,
@@ -302,6 +303,27 @@ class Story:
         self.workers.append(worker)
         self.scenario_workers.append(worker)
         return worker
+
+    def _wait_for_stopped_body(self, scenario: Scenario, holder: WorkerProcess, job_id: int) -> None:
+        """The paused worker could not renew its lease, so its zygote killed the body at the
+        lease's end, before anyone could take the job over: once the resumed worker says so,
+        the demo records the end the killed body could not record itself."""
+        # Once resumed, the worker hears of it from its zygote ("its lease ran out") or from its
+        # heartbeat ("taken over"), whichever comes first; the body is gone either way.
+        said = re.compile(rf"lease lost job={job_id} attempt=1 worker={holder.worker_id}: ")
+        timeout = 30.0
+        self._poll(
+            lambda: bool(said.search(holder.log())),
+            timeout,
+            lambda: (
+                f"scenario {scenario.number}: waited {timeout:.0f} s for {holder.worker_id} to report its "
+                f"stopped body. Worker logs: {self.log_dir}"
+            ),
+        )
+        BodyRun.objects.filter(
+            job_id=job_id, attempt=1, worker_id=holder.worker_id, ended_at__isnull=True
+        ).update(outcome=BodyRun.Outcome.STOPPED, ended_at=Now())
+        self.note = f"{holder.worker_id}'s body was stopped at its lease's end, before a stale write"
 
     def _wait_ready(self, scenario: Scenario, since: datetime) -> None:
         """Until this scenario's workers listen and have their claim connections open."""

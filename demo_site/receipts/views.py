@@ -1,7 +1,7 @@
 """The shop's one view: placing an order queues its receipt in the same transaction.
 
-It is what ``tests/test_example_project.py`` and the README's "Testing your
-tasks" test: a view that enqueues, tested with the public helpers only.
+It is what ``tests/unit/test_example_project.py`` and docs/tasks.md's "Testing
+your tasks" test: a view that enqueues, tested with the public helpers only.
 """
 
 from decimal import Decimal, InvalidOperation

@@ -31,13 +31,15 @@ LEGEND = """\
 body runs: how often the job's body started. receipts sent: emails in the outbox.
 stale writes rejected: writes of an attempt that had lost the job, refused by its
 fencing token: a side effect (ctx.side_effect raised LeaseLost) or a finish (the
-worker dropped it). attempts: the job's last attempt, which is its fencing token."""
+worker dropped it). attempts: the job's last attempt, which is its fencing token.
+In 4 the paused worker's body never tries a stale write: a worker that cannot renew
+a lease has the body killed at the lease's end (its zygote does it while it is paused)."""
 
 
 class Command(BaseCommand):
     help = (
         "Reproduce the double receipt with real workers (no heartbeat, no fencing), then show "
-        "fencing, idempotency keys and heartbeats preventing it, and a paused worker fenced off."
+        "fencing, idempotency keys and heartbeats preventing it, and a paused worker's body stopped."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

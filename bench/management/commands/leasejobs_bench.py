@@ -1,0 +1,279 @@
+"""``manage.py leasejobs_bench``: enqueue and process no-op jobs, print the figures.
+
+The bench itself is the rest of the ``bench`` package, this repository's
+app beside the library: see it for what is measured and how, and
+docs/performance.md for figures and how to read them.
+"""
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bench.plot import plot, plot_backlog
+from bench.report import render
+from bench.run import VERBOSITY, Bench, run_all, to_json
+from leasejobs.management.arguments import non_negative_int, positive_float, positive_int, positive_ints
+
+
+def _log_levels(text: str) -> list[str]:
+    """An argparse type: warning, info, or both separated by a comma."""
+    levels = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not levels or any(level not in VERBOSITY for level in levels):
+        raise ValueError(text)
+    return levels
+
+
+_log_levels.__name__ = "log level (warning, info, or warning,info)"
+
+
+class Command(BaseCommand):
+    help = (
+        "Benchmark leasejobs on this database: enqueue (single and bulk), processing no-op jobs "
+        "with real runworker processes, and enqueue-to-start latency (p50, p95, p99). Run it "
+        "against a database no other worker uses."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--jobs",
+            type=non_negative_int,
+            default=10_000,
+            help="Jobs per processing run (10,000; 0 skips).",
+        )
+        parser.add_argument(
+            "--workers",
+            type=positive_ints,
+            default=[1, 2],
+            metavar="N[,N...]",
+            help="Worker processes; a list measures each (default 1,2).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_ints,
+            default=[4],
+            metavar="N[,N...]",
+            help="Bodies at once per worker, each in a child process; a list measures each "
+            "(default 4, runworker's default).",
+        )
+        parser.add_argument(
+            "--prefetch", type=non_negative_int, metavar="N", help="Passed to runworker (default: its own)."
+        )
+        parser.add_argument(
+            "--repeat",
+            type=positive_int,
+            default=3,
+            metavar="N",
+            help="Runs per figure; the median is shown (3).",
+        )
+        parser.add_argument(
+            "--workload",
+            choices=["noop", "io", "cpu"],
+            default="noop",
+            help="What each processing job does: nothing (noop, the default), wait on I/O (io: "
+            "--io-seconds of time.sleep) or compute (cpu: --cpu-seconds of pure Python). io and cpu "
+            "show the ideal beside the figure: every runner always waiting, or one busy core per process.",
+        )
+        parser.add_argument(
+            "--io-seconds", type=positive_float, default=0.05, help="An io job's wait (0.05)."
+        )
+        parser.add_argument(
+            "--cpu-seconds", type=positive_float, default=0.005, help="A cpu job's CPU time (0.005)."
+        )
+        parser.add_argument(
+            "--enqueue-jobs",
+            type=non_negative_int,
+            default=10_000,
+            help="Jobs per enqueue figure (10,000; 0 skips).",
+        )
+        parser.add_argument(
+            "--latency-jobs",
+            type=non_negative_int,
+            default=200,
+            help="Jobs for the latency figure (200; 0 skips).",
+        )
+        parser.add_argument(
+            "--latency-rate", type=positive_float, default=20.0, help="Latency jobs enqueued per second (20)."
+        )
+        parser.add_argument(
+            "--latency-under-load",
+            action="store_true",
+            help="Also measure the latency while the most workers of --workers drain no-op jobs "
+            "enqueued at --load-rate (default: half the jobs/s this run measured with them).",
+        )
+        parser.add_argument(
+            "--load-rate", type=positive_float, metavar="JOBS/S", help="The load of --latency-under-load."
+        )
+        parser.add_argument(
+            "--raw-sql",
+            action="store_true",
+            help="Also measure bare claim + finish statements through psycopg: the limit in this run.",
+        )
+        parser.add_argument(
+            "--raw-batches", type=positive_ints, default=[1, 10, 50], metavar="N[,N...]", help="(1,10,50)"
+        )
+        parser.add_argument(
+            "--raw-clients", type=positive_ints, default=[1, 2], metavar="N[,N...]", help="(1,2)"
+        )
+        parser.add_argument(
+            "--raw-jobs",
+            type=non_negative_int,
+            default=0,
+            help="Jobs per raw run (default: 10,000 x batch, <= 100,000).",
+        )
+        parser.add_argument(
+            "--table-rows",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Then insert N finished jobs and measure processing again (and show the claim plan).",
+        )
+        parser.add_argument(
+            "--other-queue-jobs",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Then queue N due jobs an hour old in a queue the workers leave alone (another queue, "
+            "or a paused one with --all-queues) and measure processing again.",
+        )
+        parser.add_argument(
+            "--scheduled-jobs",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Then queue N jobs due tomorrow and measure the idle latency again beside them.",
+        )
+        parser.add_argument(
+            "--all-queues",
+            action="store_true",
+            help="Run the workers on every queue, as runworker does by default (no --queue); the "
+            "database must hold no other due jobs.",
+        )
+        parser.add_argument(
+            "--backlog",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Then queue N no-op jobs at once and drain them with the most workers of --workers "
+            "while more arrive at --arrive-rate; shown against the empty table's figure, measured "
+            "(--repeat runs of --jobs) right before the drain.",
+        )
+        parser.add_argument(
+            "--backlog-rounds",
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="Measure --backlog N times, each right after its own empty-table figure (1).",
+        )
+        parser.add_argument(
+            "--backlog-without-vacuum",
+            action="store_true",
+            help="In each --backlog round, drain the backlog a second time with workers that do not "
+            "VACUUM the job table (runworker --no-vacuum), against the same empty-table figure.",
+        )
+        parser.add_argument(
+            "--arrive-rate",
+            type=positive_float,
+            default=1000.0,
+            metavar="JOBS/S",
+            help="Jobs enqueued per second during the --backlog drain (1,000).",
+        )
+        parser.add_argument(
+            "--steps-jobs",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Also measure N jobs of ten durable steps (ctx.step) against 10 x N no-op jobs in the "
+            "same run, with the first of --workers and --concurrency, --repeat pairs (0: skip).",
+        )
+        parser.add_argument(
+            "--hot",
+            action="store_true",
+            help="Also measure HOT updates in a window where only heartbeats write (~10 s).",
+        )
+        parser.add_argument(
+            "--worker-log-level",
+            type=_log_levels,
+            default=["info"],
+            metavar="LEVEL[,LEVEL]",
+            help="The workers' log level: info (runworker's default: start, stop, retries, failures, "
+            "no line per successful job; to a file) or warning (runworker -v 0); warning,info "
+            "measures processing at both.",
+        )
+        parser.add_argument(
+            "--workflow",
+            type=non_negative_int,
+            default=0,
+            metavar="N",
+            help="Only measure a workflow: a fan-out/fan-in of N no-op jobs (one root, N - 2 after it, "
+            "one callback after those) against the same N jobs without edges, alternating --repeat "
+            "times, with the first of --workers and --concurrency (0: skip, the default).",
+        )
+        parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
+        parser.add_argument(
+            "--plot",
+            metavar="FILE.png",
+            help="Draw processing jobs/s against concurrency, one line per worker count (needs matplotlib).",
+        )
+        parser.add_argument(
+            "--plot-backlog",
+            metavar="FILE.png",
+            help="Draw each --backlog drain's jobs/s as it goes (needs matplotlib).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        for option in ("plot", "plot_backlog"):
+            if options[option]:
+                try:
+                    import matplotlib  # noqa: F401
+                except ImportError:
+                    flag = "--" + option.replace("_", "-")
+                    raise CommandError(f"{flag} needs matplotlib: pip install matplotlib") from None
+        if options["plot_backlog"] and not options["backlog"]:
+            raise CommandError("--plot-backlog draws the --backlog drains: give --backlog N.")
+        b = Bench(
+            verbosity=VERBOSITY[options["worker_log_level"][0]],
+            progress=not options["json"],
+            all_queues=options["all_queues"],
+        )
+        if options["workflow"]:
+            self._workflow(b, options)
+            return
+        try:
+            results = run_all(b, options, lambda text: self._step(options, text), self.stderr.write)
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            b.close()
+        if options["json"]:
+            self.stdout.write(to_json(results))
+        else:
+            self.stdout.write(render(results))
+        if options["plot"]:
+            plot(results, options["plot"])
+            self.stderr.write(f"plot written to {options['plot']}")
+        if options["plot_backlog"]:
+            plot_backlog(results, options["plot_backlog"])
+            self.stderr.write(f"plot written to {options['plot_backlog']}")
+
+    def _workflow(self, b: Bench, options: dict[str, Any]) -> None:
+        """``--workflow N``: the fan-out/fan-in against plain jobs, and nothing else."""
+        from bench import workflows
+
+        try:
+            result = workflows.compare(
+                b,
+                options["workflow"],
+                options["workers"][0],
+                options["concurrency"][0],
+                options["prefetch"],
+                options["repeat"],
+            )
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            b.close()
+        self.stdout.write(to_json(result) if options["json"] else workflows.render(result))
+
+    def _step(self, options: dict[str, Any], text: str) -> None:
+        if not options["json"] and options["verbosity"] > 0:
+            self.stderr.write(f"... {text}")
