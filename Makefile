@@ -4,7 +4,8 @@
 #                python3.13 or python3.12 on PATH or under pyenv)
 #   VENV         the venv to use or make (default .venv)
 #   DJANGO       an extra pip requirement, e.g. DJANGO='django>=5.2,<6'
-#   PYTEST_ARGS  passed to pytest, e.g. PYTEST_ARGS='-x tests/test_localdb.py'
+#   DEMO_ARGS    passed to manage.py demo, e.g. DEMO_ARGS=--fast
+#   PYTEST_ARGS  passed to pytest, e.g. PYTEST_ARGS='-x tests/integration/test_localdb.py'
 #   TEST_WORKERS parallel pytest processes of make test's first phase (default 4;
 #                0 runs that phase in one process, e.g. for --pdb). More would
 #                overrun PostgreSQL's default max_connections of 100: the tests
@@ -26,12 +27,16 @@
 
 VENV ?= .venv
 DJANGO ?=
+DEMO_ARGS ?=
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
 # Which tests: empty is all; test-fast sets it (markers from tests/conftest.py).
 PYTEST_SELECT :=
 
 PY := $(VENV)/bin/python
+# What is installed: the demo extra (make demo), or the test extra (test, lint),
+# which holds the demo's and the tools'.
+DEMO_STAMP := $(VENV)/.leasejobs-demo-installed
 STAMP := $(VENV)/.leasejobs-installed
 DJANGO_REQ := $(VENV)/.leasejobs-django-requirement
 LOCALDB := $(PY) -m localdb
@@ -54,12 +59,12 @@ RESOLVE_DB = echo "==> finding a PostgreSQL: python -m localdb url"; \
 
 .PHONY: demo test test-fast lint stop-db clean
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	@set -e; $(RESOLVE_DB); \
 	echo "==> python manage.py migrate --noinput"; \
 	$(PY) manage.py migrate --noinput; \
-	echo "==> python manage.py demo"; \
-	$(PY) manage.py demo; \
+	echo "==> python manage.py demo $(DEMO_ARGS)"; \
+	$(PY) manage.py demo $(DEMO_ARGS); \
 	if $(LOCALDB) status >/dev/null 2>&1; then \
 	  echo "==> the embedded PostgreSQL keeps running; 'make stop-db' stops it"; \
 	fi
@@ -102,7 +107,7 @@ lint: $(STAMP)
 	@$(PY) -m ruff check .
 	@echo "==> ruff format --check ."
 	@$(PY) -m ruff format --check .
-	@echo "==> mypy (strict, over leasejobs/)"
+	@echo "==> mypy (strict, over leasejobs/, bench/ and localworkers.py)"
 	@$(PY) -m mypy
 
 # Works without the venv too: stopping needs neither psycopg nor the wheel.
@@ -116,10 +121,10 @@ clean: stop-db
 	@find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Set-up shared by demo, test and lint: make the venv if missing, then install
-# the project with its test extras. The stamp makes re-runs instant and is
-# redone when pyproject.toml or DJANGO changes.
-$(STAMP): pyproject.toml $(DJANGO_REQ)
-	@if [ ! -x $(PY) ]; then \
+# the project with the extra the target needs (demo: the demo's; test and lint:
+# the tests' and the tools'). The stamps make re-runs instant and are redone
+# when pyproject.toml or DJANGO changes.
+MAKE_VENV = if [ ! -x $(PY) ]; then \
 	  python='$(PYTHON)'; \
 	  if [ -z "$$python" ]; then \
 	    echo "make: no Python >= 3.12 found (python3.14, python3.13, python3.12 on PATH or under pyenv); pass PYTHON=/path/to/python" >&2; \
@@ -128,8 +133,17 @@ $(STAMP): pyproject.toml $(DJANGO_REQ)
 	  echo "==> creating $(VENV) with $$python ($$("$$python" -V 2>&1))"; \
 	  "$$python" -m venv $(VENV); \
 	fi
+
+$(STAMP): pyproject.toml $(DJANGO_REQ)
+	@$(MAKE_VENV)
 	@echo "==> pip install -e '.[test]' $(if $(DJANGO),'$(DJANGO)' )into $(VENV)"
 	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' $(if $(DJANGO),'$(DJANGO)')
+	@touch $@
+
+$(DEMO_STAMP): pyproject.toml $(DJANGO_REQ)
+	@$(MAKE_VENV)
+	@echo "==> pip install -e '.[demo]' $(if $(DJANGO),'$(DJANGO)' )into $(VENV)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[demo]' $(if $(DJANGO),'$(DJANGO)')
 	@touch $@
 
 # Rewritten only when DJANGO changes, so that such a change re-runs the install.

@@ -83,7 +83,9 @@ PAGES = [
     ("search: part of a task name", "/admin/leasejobs/job/?q=charge"),
     ("search: a task name nowhere", "/admin/leasejobs/job/?q=no_such_task"),
     ("job page", "/admin/leasejobs/job/{last_id}/change/"),
+    ("job page, a failed job", "/admin/leasejobs/job/{failed_id}/change/"),
     ("overview", "/admin/leasejobs/joboverview/"),
+    ("queues", "/admin/leasejobs/queue/"),
 ]
 
 
@@ -101,10 +103,12 @@ def measure() -> None:
     client.force_login(user)
     rows = Job.objects.count()
     last_id = Job.objects.order_by("-id").values_list("id", flat=True).first()
+    failed_id = Job.objects.filter(status="failed").order_by("-id").values_list("id", flat=True).first()
     print(f"{rows:,} jobs in the table; PostgreSQL {connection.pg_version}")
     print(f"{'page':34} {'status':>6} {'queries':>7} {'best ms':>8} {'SQL ms':>7}")
+    every = {}
     for name, url in PAGES:
-        url = url.format(last_id=last_id)
+        url = url.format(last_id=last_id, failed_id=failed_id)
         client.get(url)  # warm-up
         best = None
         for _ in range(3):
@@ -119,6 +123,7 @@ def measure() -> None:
         elapsed, sql_ms, status, captured = best
         count = len(captured)
         print(f"{name:34} {status:>6} {count:>7} {elapsed:>8.1f} {sql_ms:>7.1f}")
+        every[name] = captured
         if name == "changelist":
             changelist_queries = captured
     print("\nqueries of the unfiltered changelist:")
@@ -130,6 +135,10 @@ def measure() -> None:
         plan = [r[0] for r in cursor.fetchall()]
     print("\nplan of its row query:")
     print("\n".join("  " + line for line in plan))
+    for name in ("job page, a failed job", "overview", "queues"):
+        print(f"\nqueries of the {name}:")
+        for q in every[name]:
+            print(f"  {float(q['time']) * 1000:7.2f} ms  {q['sql'][:110]}")
     measure_charts()
 
 
