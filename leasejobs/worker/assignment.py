@@ -15,7 +15,7 @@ import os
 import selectors
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from leasejobs.worker import rules
 from leasejobs.worker.childstate import ChildState
@@ -119,6 +119,18 @@ class JobAssignment:
         """How long ``job`` will keep a child busy: its task's mean, or a whole queue's worth if unknown."""
         return self.durations.get(job.task_name, rules.CHILD_QUEUE_SECONDS)
 
+    def overflow(self, jobs: list[HeldJob]) -> list[HeldJob]:
+        """The claimed jobs no child has room for now, judged as ``assign`` would.
+
+        The claimer gives them back before ``assign`` hands over the rest: no
+        body of a claim starts while jobs beyond the children's room are held
+        with their runs counted, so a worker killed as those bodies start costs
+        no more than the children's room (docs/guarantees.md).
+        """
+        with self.lock:
+            ready = [c for c in self._children if c.accepting]
+            return [job for job, child in self._placements(ready, jobs) if child is None] if ready else []
+
     def assign(self, jobs: list[HeldJob]) -> list[HeldJob]:
         """Give claimed jobs to the children with the least work, in claim order; returns those
         no child has room for (to be given back).
@@ -136,21 +148,32 @@ class JobAssignment:
             if not ready:
                 self._backlog.extend(jobs)
             else:
-                least = [(c.queued_seconds, i) for i, c in enumerate(ready)]
-                heapq.heapify(least)
-                for job in jobs:
-                    queued, i = least[0]
-                    estimate = self.estimate(job)
-                    if queued > 0 and queued + estimate > rules.child_budget(job.lease_seconds):
+                for job, child in self._placements(ready, jobs):
+                    if child is None:
                         overflow.append(job)
                         continue
-                    self._hand(ready[i], job)
-                    heapq.heapreplace(least, (queued + estimate, i))
-                    self.mean_duration = rules.mean_duration(self.mean_duration, estimate)
+                    self._hand(child, job)
+                    self.mean_duration = rules.mean_duration(self.mean_duration, job.estimate)
                 for child in ready:
                     self._set_deadline(child)
         self._wake()
         return overflow
+
+    def _placements(
+        self, ready: list[ChildState], jobs: list[HeldJob]
+    ) -> Iterator[tuple[HeldJob, ChildState | None]]:
+        """Each job with the ready child that would take it (the least work first), or None
+        when it would overflow that child's budget; lock held, nothing changed."""
+        least = [(c.queued_seconds, i) for i, c in enumerate(ready)]
+        heapq.heapify(least)
+        for job in jobs:
+            queued, i = least[0]
+            estimate = self.estimate(job)
+            if queued > 0 and queued + estimate > rules.child_budget(job.lease_seconds):
+                yield job, None
+                continue
+            yield job, ready[i]
+            heapq.heapreplace(least, (queued + estimate, i))
 
     def _give(self, job: HeldJob) -> None:
         """Hand one job to the accepting child with the least work if it has room (else to

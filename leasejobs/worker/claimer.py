@@ -211,10 +211,18 @@ class Claimer:
             else:
                 refused.append((job, why))
         self.held.add(jobs + [job for job, _ in refused])
+        # What no child has room for goes back before any body of this claim can start (a
+        # worker killed as they start must not take those counted runs with it); ``assign``
+        # may still find less room than judged (a child died meanwhile).
+        early = self.pool.overflow(jobs)
+        if early:
+            self._give_back(early)
+            given = {id(job) for job in early}
+            jobs = [job for job in jobs if id(job) not in given]
         overflow = self.pool.assign(jobs)
         # Given back, they wait for the next claim after a child reports progress (its wake-up),
         # not for one at once that would find the children as full.
-        self._gave_back = bool(overflow)
+        self._gave_back = bool(early or overflow)
         if overflow:
             self._give_back(overflow)
             # Not by phase: a fast body may have ended (SETTLED) already.
