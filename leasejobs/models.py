@@ -5,7 +5,9 @@ in ``leasejobs.db.sql``); the models exist for migrations, the admin and the
 users' own queries.
 
 Schema choices that matter for a hot queue table:
-- the claim is served by a small partial index over claimable rows only;
+- the claim is served by a small partial index over unfinished rows only,
+  whose predicate (``finished_at IS NULL``) a claim does not change: a claim
+  is a HOT update, like a heartbeat;
 - ``lease_until`` and ``heartbeat_at`` are in no index, so a heartbeat is a
   HOT update (no index writes, and the page's free space is reused, which
   the table's fillfactor leaves room for — see the migration);
@@ -15,6 +17,10 @@ Schema choices that matter for a hot queue table:
 
 from django.db import models
 from django.db.models import F, Func, Q
+
+#: Queued or running jobs, as the claim index's predicate: a filter that
+#: includes it is served by that index instead of scanning the history.
+UNFINISHED = Q(finished_at__isnull=True)
 
 
 class Job(models.Model):
@@ -89,17 +95,20 @@ class Job(models.Model):
     class Meta:
         db_table = "leasejobs_job"
         indexes = [
-            # The claim's index: only queued and running rows, in claim order.
+            # The claim's index: only unfinished (queued and running) rows, in
+            # claim order. Its predicate names finished_at, not status, so a
+            # claim (which changes status and leaves finished_at NULL) is a
+            # HOT update: no index entry written (see the check below).
             models.Index(
                 fields=["-priority", "run_at", "id"],
                 name="leasejobs_job_claim",
-                condition=Q(status__in=["queued", "running"]),
+                condition=Q(finished_at__isnull=True),
             ),
             # Pruning and the admin's "recently finished" views.
             models.Index(
                 fields=["finished_at"],
                 name="leasejobs_job_finished",
-                condition=Q(status__in=["done", "failed", "cancelled"]),
+                condition=Q(finished_at__isnull=False),
             ),
             # A workflow's jobs; plain jobs (NULL) are not in it, so their
             # updates write nothing to it.
@@ -114,6 +123,14 @@ class Job(models.Model):
                 fields=["idempotency_key"],
                 name="leasejobs_job_idempotency_key",
                 condition=Q(idempotency_key__isnull=False),
+            ),
+            # What the two partial indexes rely on: a job is queued or running
+            # exactly when it has no finished_at. A write that breaks it (a
+            # hand-written UPDATE) fails, instead of hiding a job from claims.
+            models.CheckConstraint(
+                condition=Q(status__in=["queued", "running"], finished_at__isnull=True)
+                | Q(status__in=["done", "failed", "cancelled"], finished_at__isnull=False),
+                name="leasejobs_job_finished_iff_ended",
             ),
         ]
 

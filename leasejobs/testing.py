@@ -44,7 +44,7 @@ from leasejobs.db.store import (
     run_delta,
 )
 from leasejobs.jobs import registry
-from leasejobs.models import Job
+from leasejobs.models import UNFINISHED, Job
 from leasejobs.worker import body, outcomes
 
 logger = logging.getLogger("leasejobs.testing")
@@ -90,7 +90,7 @@ def enqueued_jobs(task: Any = None, queue: str | None = None) -> list[Any]:
 
     ``task`` is a task or its name.
     """
-    jobs = Job.objects.filter(status=Job.Status.QUEUED)
+    jobs = Job.objects.filter(UNFINISHED, status=Job.Status.QUEUED)
     if task is not None:
         jobs = jobs.filter(task_name=_task_name(task))
     if queue is not None:

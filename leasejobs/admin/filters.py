@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from leasejobs.admin import lease
-from leasejobs.models import Job
+from leasejobs.models import UNFINISHED, Job
 
 
 class LeaseStateFilter(admin.SimpleListFilter):
@@ -34,12 +34,7 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        queues = set(
-            Job.objects.filter(status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
-            .order_by()
-            .values_list("queue", flat=True)
-            .distinct()
-        )
+        queues = set(Job.objects.filter(UNFINISHED).order_by().values_list("queue", flat=True).distinct())
         if chosen := self.value():
             queues.add(chosen)
         return [(q, q) for q in sorted(queues)]

@@ -23,7 +23,7 @@ from django.db.models.functions import Now
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from leasejobs.models import Job
+from leasejobs.models import UNFINISHED, Job
 
 HELD = "held"
 EXPIRING = "expiring"
@@ -45,7 +45,7 @@ def _duration(expression: object) -> ExpressionWrapper:
 
 def state_q(state: str) -> Q:
     """The condition for one lease state, as a filter the planner can use."""
-    running = Q(status=Job.Status.RUNNING)
+    running = UNFINISHED & Q(status=Job.Status.RUNNING)
     held = running & Q(lease_until__gt=Now())
     if state == HELD:
         return held

@@ -43,7 +43,7 @@ from django.urls import URLPattern, path
 from leasejobs.admin import charts, lease, svgchart
 from leasejobs.admin.queues import controlled
 from leasejobs.db import facade
-from leasejobs.models import Job, JobOverview
+from leasejobs.models import UNFINISHED, Job, JobOverview
 
 #: Throughput windows, in minutes; the largest also bounds the finished counts.
 WINDOWS = (1, 5, 15)
@@ -54,7 +54,6 @@ EXPIRED_SHOWN = 20
 #: Seconds between refreshes by default; ``?refresh=N`` changes it, 0 stops it.
 REFRESH_SECONDS = 5
 
-ACTIVE = [Job.Status.QUEUED, Job.Status.RUNNING]
 FINISHED = [Job.Status.DONE, Job.Status.FAILED, Job.Status.CANCELLED]
 
 
@@ -96,7 +95,7 @@ def _ago(minutes: int) -> Any:
 def _active_by_queue() -> QuerySet:
     due = Q(status=Job.Status.QUEUED, run_at__lte=Now())
     return (
-        Job.objects.filter(status__in=ACTIVE)
+        Job.objects.filter(UNFINISHED)
         .values("queue")
         .annotate(
             due=Count("id", filter=due),

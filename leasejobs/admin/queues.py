@@ -30,7 +30,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from leasejobs.db import facade
-from leasejobs.models import Job, Queue
+from leasejobs.models import UNFINISHED, Job, Queue
 from leasejobs.queues import controls
 
 #: A queue whose jobs all finished longer ago than this is left off the page (unless controlled).
@@ -173,7 +173,7 @@ def queue_lines() -> list[QueueLine]:
     lines: dict[str, QueueLine] = {}
     due = Q(status=Job.Status.QUEUED, run_at__lte=Now())
     active = (
-        Job.objects.filter(status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+        Job.objects.filter(UNFINISHED)
         .values("queue")
         .annotate(
             due=Count("id", filter=due),

@@ -9,6 +9,8 @@ import threading
 
 import psycopg
 import pytest
+from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
 from leasejobs.db import sql
@@ -282,3 +284,47 @@ def test_claims_and_side_effects_commit_synchronously_whatever_the_default(store
             assert conn.execute(statement, params).fetchall()
             assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
         assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)  # this transaction only
+
+
+def _updates(conn: psycopg.Connection) -> tuple[int, int]:
+    """The job table's updates and HOT updates so far, with ``conn``'s own counts flushed."""
+    with psycopg.connect(**connection_params(), autocommit=True) as reader:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.commit()
+        reader.execute("SELECT pg_stat_clear_snapshot()")
+        row = reader.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'leasejobs_job'"
+        ).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+
+def test_a_claim_is_a_hot_update_that_writes_no_index_entry():
+    """docs/performance.md: a claim changes no indexed column and no column an index's
+    predicate names, so each claimed row is a HOT update (its version stays in its page
+    and no index gets an entry): the WAL a claim costs is the row's, not three indexes'."""
+    jobs = [record.enqueue(i) for i in range(20)]
+    with psycopg.connect(**connection_params()) as conn:
+        before = _updates(conn)
+        params = claim_params(
+            limit=20, counted=20, queues=None, lease_seconds=30, task_leases={}, worker_id="w"
+        )
+        rows = conn.execute(sql.CLAIM, params).fetchall()
+        conn.commit()
+        assert len(rows) == len(jobs)
+        updated, hot = (a - b for a, b in zip(_updates(conn), before, strict=True))
+    assert (updated, hot) == (20, 20)
+
+
+def test_a_job_is_unfinished_exactly_while_it_has_no_finish_time():
+    """The claim index holds the rows with no ``finished_at``: a write that would leave a
+    queued job with a finish time (hidden from every claim) or a finished one without is
+    refused by the database, naming the rule."""
+    job = record.enqueue(1)
+    with pytest.raises(IntegrityError, match="leasejobs_job_finished_iff_ended"):
+        with transaction.atomic():
+            Job.objects.filter(id=job.id).update(finished_at=Now())
+    with pytest.raises(IntegrityError, match="leasejobs_job_finished_iff_ended"):
+        with transaction.atomic():
+            Job.objects.filter(id=job.id).update(status=Job.Status.DONE)
+    Job.objects.filter(id=job.id).update(status=Job.Status.DONE, finished_at=Now())

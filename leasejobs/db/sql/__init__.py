@@ -41,10 +41,16 @@ believes almost no row is running. With a plain join on ``status =
 whole table (docs/performance.md has the figures).
 So each looks its rows up in a LATERAL subquery, one primary-key probe per
 id (the FOR UPDATE or LIMIT in it keeps the planner from flattening it into
-a join), and tests the status as ``status IS NOT DISTINCT FROM 'running'``:
-the same test, as the column is NOT NULL, but one the planner cannot match to
-the claim index's predicate (``status IN ('queued', 'running')``), so the
-primary key is the only index left for the probe.
+a join). None of them names ``finished_at``, the claim index's predicate
+(``finished_at IS NULL``), so the primary key is the only index left for the
+probe.
+
+A claim is a HOT update: it changes no column that an index holds or that
+an index's predicate names (status is in none; ``finished_at`` is, and a
+claim leaves it NULL), so it writes no index entry and its new row version
+stays in its page (the table's fillfactor leaves the room). The check
+constraint ``leasejobs_job_finished_iff_ended`` keeps the predicate honest:
+a job is queued or running exactly when ``finished_at`` is NULL.
 """
 
 from leasejobs.db.sql.admin import ADMIN_CANCEL, ADMIN_RELEASE, ADMIN_RETRY

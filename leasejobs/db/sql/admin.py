@@ -52,7 +52,7 @@ WITH cancelled AS (
         cancel_requested = true
     FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(attempts)s::int[]) AS s(id, status, attempt)
     WHERE j.id = s.id AND j.status = s.status AND j.attempt = s.attempt
-      AND j.status IN ('queued', 'running')
+      AND j.finished_at IS NULL
     RETURNING j.id, j.attempt, j.leased_by, s.status, j.workflow_id
 ),
 settled AS (

@@ -43,7 +43,7 @@ ORDER BY b.t
 _RECENT = """
 recent AS (
     SELECT queue, status, run_at, created_at, started_at, finished_at, attempt, errors, last_error
-    FROM leasejobs_job WHERE status IN ('queued', 'running')
+    FROM leasejobs_job WHERE finished_at IS NULL
     UNION ALL
     SELECT queue, status, run_at, created_at, started_at, finished_at, attempt, errors, last_error
     FROM leasejobs_job

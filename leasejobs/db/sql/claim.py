@@ -147,11 +147,11 @@ CLAIM = (
     """
 WITH RECURSIVE levels(priority) AS (
     -- The priorities of queued and running jobs, highest first: one index probe each.
-    (SELECT priority FROM leasejobs_job WHERE status IN ('queued', 'running')
+    (SELECT priority FROM leasejobs_job WHERE finished_at IS NULL
      ORDER BY priority DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT j.priority FROM leasejobs_job AS j
-            WHERE j.status IN ('queued', 'running') AND j.priority < l.priority
+            WHERE j.finished_at IS NULL AND j.priority < l.priority
             ORDER BY j.priority DESC LIMIT 1)
     FROM levels AS l WHERE l.priority IS NOT NULL
 ),
@@ -167,7 +167,7 @@ picked AS (
                args::text AS args_text, kwargs::text AS kwargs_text
         FROM leasejobs_job
         WHERE priority = l.priority
-          AND status IN ('queued', 'running')
+          AND finished_at IS NULL
           AND run_at <= statement_timestamp()
           AND (status = 'queued' OR lease_until < statement_timestamp())
           AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
@@ -307,7 +307,7 @@ candidate AS (
     + _ended("j")
     + """ AS ended
     FROM leasejobs_job AS j
-    WHERE j.status IN ('queued', 'running')
+    WHERE j.finished_at IS NULL
       AND ((j.status = 'queued' AND j.run_at <= statement_timestamp())
            OR (j.status = 'running' AND j.lease_until < statement_timestamp()))
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
@@ -465,7 +465,7 @@ SELECT ARRAY(
 PENDING_RETRIES = f"""
 SELECT count(*), extract(epoch FROM min(run_at) - statement_timestamp())::float8
 FROM leasejobs_job
-WHERE status = 'queued' AND attempt > 0 AND run_at > statement_timestamp()
+WHERE finished_at IS NULL AND status = 'queued' AND attempt > 0 AND run_at > statement_timestamp()
   AND run_at < '{NEVER}'::timestamptz
   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 """

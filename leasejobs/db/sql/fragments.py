@@ -16,12 +16,11 @@ def fence(alias: str, depth: int) -> str:
     It matches on id AND attempt AND holder AND running, so once another claim
     has bumped ``attempt`` (or the job left ``running``, or another worker holds
     it) a stale attempt matches nothing. ``depth``: the indent of the line the
-    predicate starts on, for its second line. The status is tested as ``IS NOT
-    DISTINCT FROM``: see this package's docstring.
+    predicate starts on, for its second line.
     """
     return (
         f"WHERE j.id = {alias}.id AND j.attempt = {alias}.attempt AND j.leased_by = %(worker_id)s\n"
-        f"{' ' * (depth + 2)}AND j.status IS NOT DISTINCT FROM 'running'"
+        f"{' ' * (depth + 2)}AND j.status = 'running'"
     )
 
 

@@ -94,7 +94,7 @@ due AS (
 busy AS (
     SELECT EXISTS (
         SELECT 1 FROM prev JOIN leasejobs_job j ON j.id = prev.last_job_id
-        WHERE NOT %(overlap)s AND j.status IN ('queued', 'running')
+        WHERE NOT %(overlap)s AND j.finished_at IS NULL
     ) AS busy
 ),
 wanted AS (

@@ -89,7 +89,8 @@ SELECT q.name, q.paused, q.concurrency, q.rate_count, q.rate_seconds, q.limits_f
         WHERE s.kind = 'concurrency' AND s.name = q.name AND s.held_until >= now()),
        (SELECT count(*) FROM leasejobs_slot AS s
         WHERE s.kind = 'rate' AND s.name = q.name AND s.held_until >= now()),
-       (SELECT count(*) FROM leasejobs_job AS j WHERE j.status = 'queued' AND j.queue = q.name)
+       (SELECT count(*) FROM leasejobs_job AS j
+        WHERE j.finished_at IS NULL AND j.status = 'queued' AND j.queue = q.name)
 FROM leasejobs_queue AS q
 ORDER BY q.name
 """
@@ -105,7 +106,7 @@ LEFT JOIN LATERAL (
                AS oldest_due_age,
            count(*) FILTER (WHERE status = 'running' AND lease_until < now()) AS expired
     FROM leasejobs_job
-    WHERE status IN ('queued', 'running')
+    WHERE finished_at IS NULL
     GROUP BY queue, status
 ) AS a ON true
 ORDER BY a.queue, a.status

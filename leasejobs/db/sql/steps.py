@@ -99,7 +99,7 @@ woken AS (
     UPDATE leasejobs_job AS j SET run_at = clock_timestamp()
     FROM leasejobs_step AS s
     WHERE s.event_key = %(key)s AND s.kind = 'wait' AND NOT s.done
-      AND j.id = s.job_id AND j.status IN ('queued', 'running') AND j.run_at > clock_timestamp()
+      AND j.id = s.job_id AND j.finished_at IS NULL AND j.run_at > clock_timestamp()
     RETURNING j.queue
 ),
 notified AS (

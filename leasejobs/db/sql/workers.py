@@ -48,7 +48,7 @@ OVERVIEW = f"""
 WITH holders AS (
     SELECT leased_by AS worker_id, count(*) AS jobs, max(heartbeat_at) AS beat
     FROM leasejobs_job
-    WHERE status = 'running' AND lease_until > now()
+    WHERE finished_at IS NULL AND status = 'running' AND lease_until > now()
     GROUP BY leased_by
 )
 SELECT COALESCE(w.worker_id, h.worker_id), COALESCE(w.hostname, ''), COALESCE(h.jobs, 0),
