@@ -25,6 +25,8 @@ def make_job(**fields) -> Job:
     fields.setdefault("runs", fields.get("attempt", 0))
     fields.setdefault("task_name", "tests.testapp.tasks.add")
     fields.setdefault("run_at", Now())
+    if fields.get("status") in ("done", "failed", "cancelled"):
+        fields.setdefault("finished_at", Now())  # a finished job has a finish time (a check says so)
     job = Job.objects.create(**fields)
     job.refresh_from_db()
     return job

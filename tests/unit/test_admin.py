@@ -135,7 +135,10 @@ def test_the_changelist_is_a_handful_of_queries_whatever_the_rows(
     running(left=10)
     small = {url: queries(url) for url in (CHANGELIST, f"{CHANGELIST}?status__exact=queued&lease=none")}
     Job.objects.bulk_create(
-        [Job(task_name="t", run_at=Now(), status=s) for s in ["done", "failed", "queued", "running"] * 80]
+        [
+            Job(task_name="t", run_at=Now(), status=s, finished_at=Now() if s in ("done", "failed") else None)
+            for s in ["done", "failed", "queued", "running"] * 80
+        ]
     )
     for url, before in small.items():
         with django_assert_max_num_queries(8):
@@ -147,7 +150,9 @@ def test_the_changelist_is_a_handful_of_queries_whatever_the_rows(
 def test_a_big_table_is_never_counted_row_by_row(admin_client, monkeypatch):
     """Past EXACT_UP_TO rows the count is the planner's: reltuples, or EXPLAIN for a filter."""
     monkeypatch.setattr(paginator, "EXACT_UP_TO", 10)
-    Job.objects.bulk_create([Job(task_name="t", run_at=Now(), status="done") for _ in range(120)])
+    Job.objects.bulk_create(
+        [Job(task_name="t", run_at=Now(), status="done", finished_at=Now()) for _ in range(120)]
+    )
     make_job(status="failed")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE leasejobs_job")
@@ -293,7 +298,7 @@ def test_retry_now_queues_failed_and_cancelled_jobs_without_lowering_the_token(a
 def test_retry_leaves_a_job_that_changed_since_the_page_was_shown(admin_client):
     job = make_job(status="failed", attempt=2)
     tokens = tokens_on(page(admin_client))
-    Job.objects.filter(pk=job.pk).update(status="queued")  # someone else retried it
+    Job.objects.filter(pk=job.pk).update(status="queued", finished_at=None)  # someone else retried it
     Job.objects.filter(pk=job.pk).update(status="running", attempt=3)  # and a worker took it
     messages = act(admin_client, "retry_now", [job], tokens)
     assert "1 has changed since the page was shown" in messages[0]

@@ -11,6 +11,7 @@ do not run anyway.
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 from hypothesis import HealthCheck, settings
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.django_db
 
 def end(job_id: int, status: str) -> None:
     """End a job as a worker's finish would, then settle its edges (FINISH does both in one statement)."""
-    Job.objects.filter(id=job_id).update(status=status)
+    Job.objects.filter(id=job_id).update(status=status, finished_at=Now())
     with connection.cursor() as cursor:
         cursor.execute("SELECT leasejobs_settle_parents(%s, %s, NULL)", [[job_id], [status]])
 
