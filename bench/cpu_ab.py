@@ -88,7 +88,7 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
     )
     subprocess.run([python, "-c", template], env=env, cwd=tree, check=True)
     with psycopg.connect(url, autocommit=True) as conn:
-        template_id = value(conn, "UPDATE leasejobs_job SET status = 'done' RETURNING id")
+        template_id = value(conn, "UPDATE leasejobs_job SET status = 'done', finished_at = now() RETURNING id")
         columns = [
             r[0]
             for r in conn.execute(
@@ -96,7 +96,7 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
                 " WHERE table_name = 'leasejobs_job' AND column_name <> 'id' ORDER BY ordinal_position"
             )
         ]
-        values = {"status": "'queued'", "run_at": "now() + interval '1 hour'"}
+        values = {"status": "'queued'", "finished_at": "NULL", "run_at": "now() + interval '1 hour'"}
         conn.execute(
             f"INSERT INTO leasejobs_job ({', '.join(columns)})"
             f" SELECT {', '.join(values.get(c, 't.' + c) for c in columns)}"
