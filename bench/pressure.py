@@ -1,0 +1,513 @@
+"""Steadiness under database pressure (``leasejobs_bench --pressure``).
+
+The field's recurring failure is a claim that slows down while something
+else pins the xmin horizon: VACUUM cannot remove the row versions the claims
+and finishes leave dead, so the claim walks ever more dead index entries.
+This module measures it. Real ``runworker`` processes (``Bench.workers``,
+at runworker's defaults unless told otherwise) take no-op jobs offered at a
+fixed rate (``Bench._arriving``: bulk inserts every 10 ms, by default half
+the rate ``Bench.process`` measures first), through three phases:
+
+- clean: nothing else on the database;
+- pressure, one of:
+  ``long-transaction``: one session ``BEGIN; SELECT txid_current();`` and
+  idle in that transaction, holding its xid; ``analytics``: four sessions,
+  each in one ``REPEATABLE READ`` snapshot for the whole phase, scanning the
+  job table in a loop (``ANALYTICS_SCAN``); ``none``: nothing (a control
+  run: how far two phases of the same load differ on this machine);
+- after: the pressure is gone (rolled back, committed).
+
+Every second a sampler reads the job table's dead and live tuples, the size
+of the table and of each of its indexes (their names from the catalog, so
+the figures follow whatever indexes the migrations made) and the age of the
+oldest xid or snapshot of the database. The jobs' own timestamps, stamped by
+the database, give the rest once the run is over: pickup latency is
+``started_at - run_at`` (from the enqueue's statement to the claim), grouped
+by the second the claim happened; throughput is jobs finished per second.
+
+The verdict compares the pressure phase with the clean one: p99 at most
+``TOLERANCE`` above, throughput at most ``TOLERANCE`` below (one-sided: a
+phase that catches up on a backlog runs faster than the load, and that is
+not a failure). Recovery is the time from the end of the pressure to the
+start of the first of two consecutive ``RECOVERY_WINDOW``-second windows
+that both hold.
+"""
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from bench.db import connect
+from bench.run import Bench, _worker_args, median_of
+from bench.tasks import QUEUE
+
+KINDS = ("none", "long-transaction", "analytics")
+ANALYTICS_READERS = 4
+#: What each analytics reader runs, again and again, inside one snapshot.
+ANALYTICS_SCAN = "SELECT count(*), max(id) FROM leasejobs_job"
+#: The pressure sessions' statements give up after this (every wait has a timeout).
+SESSION_TIMEOUT = "120s"
+TOLERANCE = 0.20
+RECOVERY_WINDOW = 10
+#: Seconds of load before the clean phase starts (workers and caches warm up).
+WARMUP = 5.0
+
+SAMPLE = """
+SELECT extract(epoch FROM clock_timestamp())::float8, t.n_dead_tup, t.n_live_tup,
+       pg_relation_size(t.relid),
+       (SELECT json_object_agg(i.indexrelid::regclass::text, pg_relation_size(i.indexrelid))
+        FROM pg_index i WHERE i.indrelid = t.relid),
+       (SELECT max(greatest(age(backend_xid), age(backend_xmin))) FROM pg_stat_activity
+        WHERE datname = current_database())
+FROM pg_stat_user_tables t WHERE t.relname = 'leasejobs_job'
+"""
+
+#: Per window of ``width`` seconds from ``origin`` (epoch seconds), between
+#: ``lo`` and ``hi``: jobs finished, jobs claimed, and the claimed jobs'
+#: pickup latency p50 and p99 in ms.
+WINDOWS = """
+WITH j AS (
+    SELECT extract(epoch FROM started_at)::float8 AS st, extract(epoch FROM finished_at)::float8 AS ft,
+           1000 * extract(epoch FROM started_at - run_at)::float8 AS wait_ms
+    FROM leasejobs_job WHERE queue = %(queue)s AND started_at IS NOT NULL
+),
+claimed AS (
+    SELECT floor((st - %(origin)s) / %(width)s)::int AS w, count(*) AS n,
+           percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY wait_ms) AS p
+    FROM j WHERE st >= %(lo)s AND st < %(hi)s GROUP BY 1
+),
+finished AS (
+    SELECT floor((ft - %(origin)s) / %(width)s)::int AS w, count(*) AS n
+    FROM j WHERE ft >= %(lo)s AND ft < %(hi)s GROUP BY 1
+)
+SELECT coalesce(c.w, f.w), coalesce(f.n, 0), coalesce(c.n, 0), c.p[1], c.p[2]
+FROM claimed c FULL JOIN finished f ON c.w = f.w ORDER BY 1
+"""
+
+#: Per phase (name, start, end in epoch seconds): jobs finished in it, and
+#: the pickup latency of the jobs claimed in it; and jobs enqueued and not
+#: finished at its end (the queue left behind).
+PHASE = """
+WITH j AS (
+    SELECT extract(epoch FROM created_at)::float8 AS ct, extract(epoch FROM started_at)::float8 AS st,
+           extract(epoch FROM finished_at)::float8 AS ft,
+           1000 * extract(epoch FROM started_at - run_at)::float8 AS wait_ms
+    FROM leasejobs_job WHERE queue = %(queue)s
+)
+SELECT (SELECT count(*) FROM j WHERE ft >= %(lo)s AND ft < %(hi)s),
+       (SELECT count(*) FROM j WHERE st >= %(lo)s AND st < %(hi)s),
+       (SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY wait_ms)
+        FROM j WHERE st >= %(lo)s AND st < %(hi)s),
+       (SELECT max(wait_ms) FROM j WHERE st >= %(lo)s AND st < %(hi)s),
+       (SELECT count(*) FROM j WHERE ct < %(hi)s AND (ft IS NULL OR ft >= %(hi)s))
+"""
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Seconds of each phase (``--phases CLEAN,PRESSURE,AFTER``)."""
+
+    clean: float = 60.0
+    pressure: float = 180.0
+    after: float = 60.0
+
+
+# -- the pressure
+
+
+@contextlib.contextmanager
+def long_transaction() -> Iterator[dict[str, Any]]:
+    """One session idle in a transaction that holds an xid, until the block ends (then ROLLBACK)."""
+    conn = connect(f"-c statement_timeout={SESSION_TIMEOUT}")
+    try:
+        conn.execute("BEGIN")
+        row = conn.execute("SELECT txid_current()").fetchone()
+        assert row is not None
+        yield {"xid": int(row[0]), "pid": conn.info.backend_pid}
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def analytics(readers: int = ANALYTICS_READERS) -> Iterator[dict[str, Any]]:
+    """``readers`` sessions, each in one REPEATABLE READ snapshot, running ``ANALYTICS_SCAN`` in a loop."""
+    stop = threading.Event()
+    scans = [0] * readers
+    errors: list[BaseException] = []
+    conns = [connect(f"-c statement_timeout={SESSION_TIMEOUT}") for _ in range(readers)]
+
+    def read(n: int) -> None:
+        conn = conns[n]
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            while not stop.is_set():
+                conn.execute(ANALYTICS_SCAN).fetchone()
+                scans[n] += 1
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            if not stop.is_set():
+                errors.append(exc)
+
+    threads = [threading.Thread(target=read, args=(n,), name=f"bench-analytics-{n}") for n in range(readers)]
+    detail: dict[str, Any] = {"readers": readers, "scans": scans, "errors": errors}
+    try:
+        for thread in threads:
+            thread.start()
+        yield detail
+    finally:
+        stop.set()
+        for conn, thread in zip(conns, threads, strict=True):
+            thread.join(timeout=30)
+            if thread.is_alive():  # a scan that would not end: cancel it
+                conn.cancel()
+                thread.join(timeout=10)
+        for conn in conns:
+            conn.close()
+        detail["errors"] = [str(e) for e in errors]
+
+
+@contextlib.contextmanager
+def nothing() -> Iterator[dict[str, Any]]:
+    yield {}
+
+
+PRESSURES: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str, Any]]]] = {
+    "none": nothing,
+    "long-transaction": long_transaction,
+    "analytics": analytics,
+}
+
+
+# -- the sampler
+
+
+@contextlib.contextmanager
+def sampling(every: float = 1.0) -> Iterator[list[dict[str, Any]]]:
+    """Reads ``SAMPLE`` every ``every`` seconds on a connection of its own, from a thread."""
+    samples: list[dict[str, Any]] = []
+    stop = threading.Event()
+    conn = connect("-c statement_timeout=10s")
+
+    def sample() -> None:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            row = conn.execute(SAMPLE).fetchone()
+            if row is not None:
+                samples.append(
+                    {
+                        "at": row[0],
+                        "dead": int(row[1]),
+                        "live": int(row[2]),
+                        "table_bytes": int(row[3]),
+                        "indexes": {name: int(size) for name, size in (row[4] or {}).items()},
+                        "xmin_age": None if row[5] is None else int(row[5]),
+                    }
+                )
+            next_at += every
+            stop.wait(max(0.0, next_at - time.monotonic()))
+
+    thread = threading.Thread(target=sample, name="bench-sampler")
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+        conn.close()
+
+
+# -- the run
+
+
+def fresh_table(b: Bench) -> bool:
+    """Empty the bench's jobs; if the table is then empty, rebuild it and its indexes (VACUUM FULL)
+    so that each run's sizes start from the same place. False if other rows are in it."""
+    b.clear(history=True)
+    row = b.conn.execute("SELECT NOT EXISTS (SELECT 1 FROM leasejobs_job)").fetchone()
+    if row and row[0]:
+        b.conn.execute("VACUUM FULL leasejobs_job")
+        b.conn.execute("ANALYZE leasejobs_job")
+        return True
+    return False
+
+
+def _now(b: Bench) -> float:
+    row = b.conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def _hold(seconds: float, check: Callable[[], None]) -> None:
+    """Wait ``seconds``, calling ``check`` (which raises on trouble) every half second."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        check()
+        time.sleep(min(0.5, left))
+
+
+def run_phases(
+    b: Bench,
+    kind: str,
+    rate: float,
+    workers: int,
+    concurrency: int,
+    prefetch: int | None,
+    phases: Phases,
+    step: Callable[[str], None],
+) -> dict[str, Any]:
+    """One run: workers take jobs offered at ``rate``/s through the clean, pressure and after phases."""
+    rebuilt = fresh_table(b)
+    detail: dict[str, Any] = {}
+    with b.workers(workers, _worker_args(concurrency, prefetch)) as group:
+        with sampling() as samples, b._arriving(rate) as arrivals:
+            _hold(WARMUP, group.check_alive)
+            marks = {"clean": _now(b)}
+            step(f"clean: {phases.clean:g} s at {rate:,.0f} jobs/s")
+            _hold(phases.clean, group.check_alive)
+            marks["pressure"] = _now(b)
+            step(f"pressure ({kind}): {phases.pressure:g} s")
+            with PRESSURES[kind]() as detail:
+                _hold(phases.pressure, group.check_alive)
+            marks["after"] = _now(b)
+            step(f"after: {phases.after:g} s")
+            _hold(phases.after, group.check_alive)
+            marks["end"] = _now(b)
+        deadline = time.monotonic() + 120
+        while b._queued():  # the jobs offered until the end, finished before the workers stop
+            group.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{b._queued()} bench jobs still queued 120 s after the load stopped")
+            time.sleep(0.2)
+    step("reading the run's figures from the jobs' timestamps")
+    result = _figures(b, marks, samples)
+    result.update(
+        pressure=kind,
+        detail={k: v for k, v in detail.items() if k != "errors"} | {"errors": detail.get("errors", [])},
+        rate=rate,
+        arrived=arrivals.count,
+        arrive_rate=arrivals.rate,
+        workers=workers,
+        concurrency=concurrency,
+        prefetch=prefetch,
+        phase_seconds={"clean": phases.clean, "pressure": phases.pressure, "after": phases.after},
+        table_rebuilt=rebuilt,
+    )
+    b.clear()
+    return result
+
+
+def _figures(b: Bench, marks: dict[str, float], samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-second series, phase summaries and the verdict, from the jobs' rows and the samples."""
+    t0, ends = marks["clean"], {"clean": marks["pressure"], "pressure": marks["after"], "after": marks["end"]}
+    per_second = [
+        {"t": w, "finished": n_done, "claimed": n_claimed, "p50_ms": p50, "p99_ms": p99}
+        for w, n_done, n_claimed, p50, p99 in b.conn.execute(
+            # whole seconds only
+            WINDOWS,
+            {"queue": QUEUE, "origin": t0, "width": 1, "lo": t0 - WARMUP, "hi": t0 + int(marks["end"] - t0)},
+        ).fetchall()
+    ]
+    phases: dict[str, dict[str, Any]] = {}
+    for name, start in (
+        ("clean", marks["clean"]),
+        ("pressure", marks["pressure"]),
+        ("after", marks["after"]),
+    ):
+        end = ends[name]
+        row = b.conn.execute(PHASE, {"queue": QUEUE, "lo": start, "hi": end}).fetchone()
+        assert row is not None
+        finished, claimed, p, worst, left = row
+        last = at_or_before(samples, end)
+        phases[name] = {
+            "start": start - t0,
+            "end": end - t0,
+            "jobs_per_s": int(finished) / (end - start),
+            "claimed": int(claimed),
+            "p50_ms": p[0] if p else None,
+            "p99_ms": p[1] if p else None,
+            "max_ms": worst,
+            "left_queued": int(left),
+            "dead_end": last["dead"] if last else None,
+            "table_bytes_end": last["table_bytes"] if last else None,
+            "indexes_end": last["indexes"] if last else {},
+            "xmin_age_max": max(
+                (s["xmin_age"] or 0 for s in samples if start <= s["at"] < end), default=None
+            ),
+        }
+    recovery = [
+        {"t": w * RECOVERY_WINDOW, "jobs_per_s": n_done / RECOVERY_WINDOW, "p99_ms": p99}
+        for w, n_done, _, _, p99 in b.conn.execute(
+            WINDOWS,
+            {
+                "queue": QUEUE,
+                "origin": marks["after"],
+                "width": RECOVERY_WINDOW,
+                "lo": marks["after"],
+                # whole windows only
+                "hi": marks["after"]
+                + RECOVERY_WINDOW * int((marks["end"] - marks["after"]) // RECOVERY_WINDOW),
+            },
+        ).fetchall()
+    ]
+    return {
+        "phases": phases,
+        "per_second": per_second,
+        "samples": [{**s, "t": s["at"] - t0} for s in samples],
+        "recovery_windows": recovery,
+        "verdict": verdict(phases["clean"], phases["pressure"], recovery),
+    }
+
+
+def at_or_before(samples: list[dict[str, Any]], at: float) -> dict[str, Any] | None:
+    """The last sample taken at or before ``at`` (epoch seconds), or None."""
+    found = None
+    for sample in samples:
+        if sample["at"] <= at:
+            found = sample
+    return found
+
+
+def holds(
+    jobs_per_s: float, p99_ms: float | None, clean: dict[str, Any], tolerance: float = TOLERANCE
+) -> bool:
+    """Whether a phase or window is within ``tolerance`` of the clean phase: p99 no more than that
+    above, throughput no more than that below."""
+    reference: float | None = clean["p99_ms"]
+    if p99_ms is None or reference is None:
+        return False
+    return p99_ms <= reference * (1 + tolerance) and jobs_per_s >= float(clean["jobs_per_s"]) * (
+        1 - tolerance
+    )
+
+
+def recovered_after(
+    windows: list[dict[str, Any]], clean: dict[str, Any], tolerance: float = TOLERANCE
+) -> float | None:
+    """Seconds from the end of the pressure to the first of two consecutive windows that hold
+    (``windows``: ``t`` from the end of the pressure, ``jobs_per_s``, ``p99_ms``, in order); None if
+    no two do. The last window may stand alone: a run cannot see past its end."""
+    ok = [holds(w["jobs_per_s"], w["p99_ms"], clean, tolerance) for w in windows]
+    for n, good in enumerate(ok):
+        if good and (n + 1 == len(ok) or ok[n + 1]):
+            return float(windows[n]["t"])
+    return None
+
+
+def verdict(
+    clean: dict[str, Any],
+    pressure: dict[str, Any],
+    windows: list[dict[str, Any]],
+    tolerance: float = TOLERANCE,
+) -> dict[str, Any]:
+    """The pressure phase against the clean one, and when the after phase recovered."""
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or not b else a / b
+
+    return {
+        "p99_ratio": ratio(pressure["p99_ms"], clean["p99_ms"]),
+        "jobs_per_s_ratio": ratio(pressure["jobs_per_s"], clean["jobs_per_s"]),
+        "held": holds(pressure["jobs_per_s"], pressure["p99_ms"], clean, tolerance),
+        "recovered_after_s": recovered_after(windows, clean, tolerance),
+        "tolerance": tolerance,
+    }
+
+
+def run(b: Bench, options: dict[str, Any], step: Callable[[str], None]) -> dict[str, Any]:
+    """``--pressure KIND``: the offered rate (``--rate``, or half the drain rate measured now), then
+    the run."""
+    workers, concurrency = max(options["workers"]), options["concurrency"][0]
+    measured = None
+    rate = options.get("rate")
+    if not rate:
+        step(
+            f"measuring the drain rate: {options['repeat']} x {options['jobs']:,} no-op jobs, "
+            f"{workers} worker(s)"
+        )
+        measured = median_of(
+            [
+                b.process(options["jobs"], workers, concurrency, options["prefetch"])
+                for _ in range(options["repeat"])
+            ]
+        )
+        rate = measured / 2
+    clean, pressure, after = options["phases"]
+    result = run_phases(
+        b,
+        options["pressure"],
+        rate,
+        workers,
+        concurrency,
+        options["prefetch"],
+        Phases(clean, pressure, after),
+        step,
+    )
+    result["measured_rate"] = measured
+    return result
+
+
+# -- the table
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:,.1f}"
+
+
+def render(result: dict[str, Any]) -> str:
+    """The run as a plain-text table per phase, and the verdict."""
+    phases = result["phases"]
+    names = sorted({name for p in phases.values() for name in p["indexes_end"]})
+    measured = result.get("measured_rate")
+    lines = [
+        f"pressure: {result['pressure']}; {result['workers']} worker(s) x concurrency "
+        f"{result['concurrency']}; "
+        f"offered {result['rate']:,.0f} jobs/s"
+        + (f" (half the {measured:,.0f} measured)" if measured else "")
+        + f", reached {result['arrive_rate']:,.0f} ({result['arrived']:,} jobs)",
+        "",
+        f"{'phase':<10}{'seconds':>8}{'jobs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'left':>8}"
+        f"{'dead':>10}{'xid age':>9}{'table MB':>10}",
+    ]
+    for name, p in phases.items():
+        lines.append(
+            f"{name:<10}{p['end'] - p['start']:>8.0f}{p['jobs_per_s']:>9,.0f}{_ms(p['p50_ms']):>9}"
+            f"{_ms(p['p99_ms']):>9}{_ms(p['max_ms']):>9}{p['left_queued']:>8,}"
+            f"{p['dead_end'] if p['dead_end'] is not None else '-':>10}"
+            f"{p['xmin_age_max'] if p['xmin_age_max'] is not None else '-':>9}{_mb(p['table_bytes_end']):>10}"
+        )
+    lines += ["", "index MB at each phase's end:"]
+    for name in names:
+        sizes = "  ".join(f"{phase} {_mb(p['indexes_end'].get(name))}" for phase, p in phases.items())
+        lines.append(f"  {name}: {sizes}")
+    v = result["verdict"]
+    pct = f"{v['tolerance']:.0%}"
+    lines += [
+        "",
+        f"pressure against clean: p99 {_ratio(v['p99_ratio'])}, jobs/s {_ratio(v['jobs_per_s_ratio'])}: "
+        + ("within " if v["held"] else "NOT within ")
+        + pct,
+        "recovered "
+        + (
+            f"{v['recovered_after_s']:.0f} s after the pressure ended"
+            if v["recovered_after_s"] is not None
+            else "NOT within the after phase"
+        )
+        + f" ({RECOVERY_WINDOW} s windows: p99 and jobs/s within {pct} of clean, two in a row)",
+    ]
+    if result["detail"]:
+        lines.append(f"pressure sessions: {result['detail']}")
+    return "\n".join(lines)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
