@@ -116,8 +116,8 @@ def _paces(timeline: list[tuple[float, int]], window: int = 4) -> list[tuple[flo
 
 
 def plot_pressure(result: dict[str, Any], path: str) -> None:
-    """A ``--pressure`` run over time: pickup latency, throughput, dead tuples, table and index
-    sizes, one panel each, the pressure phase shaded."""
+    """A ``--pressure`` run over time: pickup latency, throughput, dead tuples, the cost of a look at
+    the front of the claim's index, table and index sizes, one panel each, the pressure phase shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,8 +126,8 @@ def plot_pressure(result: dict[str, Any], path: str) -> None:
     phases = result["phases"]
     seconds = [s for s in result["per_second"] if s["t"] >= 0]
     samples = [s for s in result["samples"] if s["t"] >= 0]
-    fig, axes = plt.subplots(4, 1, figsize=(8, 9), dpi=110, sharex=True)
-    latency, throughput, dead, sizes = axes
+    fig, axes = plt.subplots(5, 1, figsize=(8, 10.5), dpi=110, sharex=True)
+    latency, throughput, dead, probe, sizes = axes
     latency.plot([s["t"] for s in seconds], [s["p99_ms"] for s in seconds], linewidth=0.8, label="p99")
     latency.plot([s["t"] for s in seconds], [s["p50_ms"] for s in seconds], linewidth=0.8, label="p50")
     latency.set_yscale("log")
@@ -141,6 +141,11 @@ def plot_pressure(result: dict[str, Any], path: str) -> None:
     dead.plot([s["t"] for s in samples], [s["dead"] for s in samples], linewidth=0.9, color="C3")
     dead.set_ylim(bottom=0)
     dead.set_ylabel("n_dead_tup\nof leasejobs_job")
+    probe.plot(
+        [s["t"] for s in samples], [s.get("probe_buffers") for s in samples], linewidth=0.9, color="C4"
+    )
+    probe.set_yscale("log")
+    probe.set_ylabel("buffers a look at\nthe claim index's\nfront touches")
     sizes.plot(
         [s["t"] for s in samples],
         [s["table_bytes"] / 2**20 for s in samples],

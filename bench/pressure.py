@@ -42,7 +42,7 @@ from typing import Any
 
 import psycopg
 
-from bench.db import connect
+from bench.db import CLAIM_SESSION, connect
 from bench.run import Bench, _worker_args, median_of
 from bench.tasks import QUEUE
 
@@ -55,7 +55,7 @@ SESSION_TIMEOUT = "120s"
 TOLERANCE = 0.20
 RECOVERY_WINDOW = 10
 #: Seconds of load before the clean phase starts (workers and caches warm up).
-WARMUP = 5.0
+WARMUP = 10.0
 
 SAMPLE = """
 SELECT extract(epoch FROM clock_timestamp())::float8, t.n_dead_tup, t.n_live_tup,
@@ -65,6 +65,18 @@ SELECT extract(epoch FROM clock_timestamp())::float8, t.n_dead_tup, t.n_live_tup
        (SELECT max(greatest(age(backend_xid), age(backend_xmin))) FROM pg_stat_activity
         WHERE datname = current_database())
 FROM pg_stat_user_tables t WHERE t.relname = 'leasejobs_job'
+"""
+
+#: The front of the claim's index, as the first step of every claim takes it
+#: (the highest priority with a job not finished): on a connection set up as
+#: the worker's claim connection, its buffers and time show how many index
+#: entries, dead or alive, the claims walk past. ``finished_at IS NULL``
+#: keeps it on the claim's index whether that index is partial on ``status``
+#: or on ``finished_at``.
+PROBE = """
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+SELECT id FROM leasejobs_job WHERE status IN ('queued', 'running') AND finished_at IS NULL
+ORDER BY priority DESC, run_at, id LIMIT 1
 """
 
 #: Per window of ``width`` seconds from ``origin`` (epoch seconds), between
@@ -192,13 +204,15 @@ def sampling(every: float = 1.0) -> Iterator[list[dict[str, Any]]]:
     """Reads ``SAMPLE`` every ``every`` seconds on a connection of its own, from a thread."""
     samples: list[dict[str, Any]] = []
     stop = threading.Event()
-    conn = connect("-c statement_timeout=10s")
+    conn = connect(f"{CLAIM_SESSION} -c statement_timeout=10s")
 
     def sample() -> None:
         next_at = time.monotonic()
         while not stop.is_set():
             row = conn.execute(SAMPLE).fetchone()
-            if row is not None:
+            probe = conn.execute(PROBE).fetchone()
+            if row is not None and probe is not None:
+                plan = probe[0][0]
                 samples.append(
                     {
                         "at": row[0],
@@ -207,6 +221,10 @@ def sampling(every: float = 1.0) -> Iterator[list[dict[str, Any]]]:
                         "table_bytes": int(row[3]),
                         "indexes": {name: int(size) for name, size in (row[4] or {}).items()},
                         "xmin_age": None if row[5] is None else int(row[5]),
+                        "probe_ms": float(plan["Execution Time"]),
+                        "probe_buffers": int(
+                            plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
+                        ),
                     }
                 )
             next_at += every
@@ -336,6 +354,7 @@ def _figures(b: Bench, marks: dict[str, float], samples: list[dict[str, Any]]) -
             "dead_end": last["dead"] if last else None,
             "table_bytes_end": last["table_bytes"] if last else None,
             "indexes_end": last["indexes"] if last else {},
+            "probe_buffers_end": last.get("probe_buffers") if last else None,
             "xmin_age_max": max(
                 (s["xmin_age"] or 0 for s in samples if start <= s["at"] < end), default=None
             ),
@@ -476,7 +495,7 @@ def render(result: dict[str, Any]) -> str:
         + f", reached {result['arrive_rate']:,.0f} ({result['arrived']:,} jobs)",
         "",
         f"{'phase':<10}{'seconds':>8}{'jobs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'left':>8}"
-        f"{'dead':>10}{'xid age':>9}{'table MB':>10}",
+        f"{'dead':>10}{'xid age':>9}{'table MB':>10}{'probe buf':>10}",
     ]
     for name, p in phases.items():
         lines.append(
@@ -484,8 +503,15 @@ def render(result: dict[str, Any]) -> str:
             f"{_ms(p['p99_ms']):>9}{_ms(p['max_ms']):>9}{p['left_queued']:>8,}"
             f"{p['dead_end'] if p['dead_end'] is not None else '-':>10}"
             f"{p['xmin_age_max'] if p['xmin_age_max'] is not None else '-':>9}{_mb(p['table_bytes_end']):>10}"
+            f"{p.get('probe_buffers_end') if p.get('probe_buffers_end') is not None else '-':>10}"
         )
-    lines += ["", "index MB at each phase's end:"]
+    lines += [
+        "(left: jobs enqueued and not finished at the phase's end; dead: n_dead_tup then; xid age: the",
+        " oldest xid or snapshot of the database, the most in the phase; probe buf: buffers one look at",
+        " the front of the claim's index touched at the phase's end)",
+        "",
+        "index MB at each phase's end:",
+    ]
     for name in names:
         sizes = "  ".join(f"{phase} {_mb(p['indexes_end'].get(name))}" for phase, p in phases.items())
         lines.append(f"  {name}: {sizes}")

@@ -1,4 +1,4 @@
-"""The pressure bench's verdict: within the tolerance of the clean phase, and when the after phase recovered."""
+"""The pressure bench's verdict: within the tolerance of the clean phase, and when it recovered after."""
 
 from bench.pressure import at_or_before, holds, recovered_after, render, verdict
 
