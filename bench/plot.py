@@ -135,7 +135,15 @@ def plot_pressure(result: dict[str, Any], path: str) -> None:
     throughput.plot(
         [s["t"] for s in seconds], [s["finished"] for s in seconds], linewidth=0.8, label="finished"
     )
-    throughput.axhline(result["rate"], color="grey", linestyle=":", linewidth=0.8, label="offered")
+    if seconds and "enqueued" in seconds[0]:
+        throughput.plot(
+            [s["t"] for s in seconds],
+            [s["enqueued"] for s in seconds],
+            linewidth=0.6,
+            color="grey",
+            label="enqueued",
+        )
+    throughput.axhline(result["rate"], color="k", linestyle=":", linewidth=0.8, label="offered")
     throughput.set_ylim(bottom=0)
     throughput.set_ylabel("jobs/s")
     dead.plot([s["t"] for s in samples], [s["dead"] for s in samples], linewidth=0.9, color="C3")

@@ -80,28 +80,32 @@ ORDER BY priority DESC, run_at, id LIMIT 1
 """
 
 #: Per window of ``width`` seconds from ``origin`` (epoch seconds), between
-#: ``lo`` and ``hi``: jobs finished, jobs claimed, and the claimed jobs'
-#: pickup latency p50 and p99 in ms.
+#: ``lo`` and ``hi``: jobs finished, jobs claimed, the claimed jobs' pickup
+#: latency p50 and p99 in ms, and jobs enqueued.
 WINDOWS = """
 WITH j AS (
-    SELECT extract(epoch FROM started_at)::float8 AS st, extract(epoch FROM finished_at)::float8 AS ft,
+    SELECT extract(epoch FROM created_at)::float8 AS ct, extract(epoch FROM started_at)::float8 AS st,
+           extract(epoch FROM finished_at)::float8 AS ft,
            1000 * extract(epoch FROM started_at - run_at)::float8 AS wait_ms
-    FROM leasejobs_job WHERE queue = %(queue)s AND started_at IS NOT NULL
+    FROM leasejobs_job WHERE queue = %(queue)s
 ),
 claimed AS (
     SELECT floor((st - %(origin)s) / %(width)s)::int AS w, count(*) AS n,
            percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY wait_ms) AS p
     FROM j WHERE st >= %(lo)s AND st < %(hi)s GROUP BY 1
-),
-finished AS (
-    SELECT floor((ft - %(origin)s) / %(width)s)::int AS w, count(*) AS n
-    FROM j WHERE ft >= %(lo)s AND ft < %(hi)s GROUP BY 1
 )
-SELECT coalesce(c.w, f.w), coalesce(f.n, 0), coalesce(c.n, 0), c.p[1], c.p[2]
-FROM claimed c FULL JOIN finished f ON c.w = f.w ORDER BY 1
+SELECT w, sum(finished)::int, sum(claimed)::int, max(p50), max(p99), sum(enqueued)::int FROM (
+    SELECT w, 0 AS finished, n AS claimed, p[1] AS p50, p[2] AS p99, 0 AS enqueued FROM claimed
+    UNION ALL
+    SELECT floor((ft - %(origin)s) / %(width)s)::int, 1, 0, NULL, NULL, 0
+    FROM j WHERE ft >= %(lo)s AND ft < %(hi)s
+    UNION ALL
+    SELECT floor((ct - %(origin)s) / %(width)s)::int, 0, 0, NULL, NULL, 1
+    FROM j WHERE ct >= %(lo)s AND ct < %(hi)s
+) AS w GROUP BY w ORDER BY w
 """
 
-#: Per phase (name, start, end in epoch seconds): jobs finished in it, and
+#: Per phase (name, start, end in epoch seconds): jobs enqueued and finished in it, and
 #: the pickup latency of the jobs claimed in it; and jobs enqueued and not
 #: finished at its end (the queue left behind).
 PHASE = """
@@ -111,7 +115,8 @@ WITH j AS (
            1000 * extract(epoch FROM started_at - run_at)::float8 AS wait_ms
     FROM leasejobs_job WHERE queue = %(queue)s
 )
-SELECT (SELECT count(*) FROM j WHERE ft >= %(lo)s AND ft < %(hi)s),
+SELECT (SELECT count(*) FROM j WHERE ct >= %(lo)s AND ct < %(hi)s),
+       (SELECT count(*) FROM j WHERE ft >= %(lo)s AND ft < %(hi)s),
        (SELECT count(*) FROM j WHERE st >= %(lo)s AND st < %(hi)s),
        (SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY wait_ms)
         FROM j WHERE st >= %(lo)s AND st < %(hi)s),
@@ -324,8 +329,8 @@ def _figures(b: Bench, marks: dict[str, float], samples: list[dict[str, Any]]) -
     """Per-second series, phase summaries and the verdict, from the jobs' rows and the samples."""
     t0, ends = marks["clean"], {"clean": marks["pressure"], "pressure": marks["after"], "after": marks["end"]}
     per_second = [
-        {"t": w, "finished": n_done, "claimed": n_claimed, "p50_ms": p50, "p99_ms": p99}
-        for w, n_done, n_claimed, p50, p99 in b.conn.execute(
+        {"t": w, "finished": n_done, "claimed": n_claimed, "p50_ms": p50, "p99_ms": p99, "enqueued": n_in}
+        for w, n_done, n_claimed, p50, p99, n_in in b.conn.execute(
             # whole seconds only
             WINDOWS,
             {"queue": QUEUE, "origin": t0, "width": 1, "lo": t0 - WARMUP, "hi": t0 + int(marks["end"] - t0)},
@@ -340,11 +345,12 @@ def _figures(b: Bench, marks: dict[str, float], samples: list[dict[str, Any]]) -
         end = ends[name]
         row = b.conn.execute(PHASE, {"queue": QUEUE, "lo": start, "hi": end}).fetchone()
         assert row is not None
-        finished, claimed, p, worst, left = row
+        enqueued, finished, claimed, p, worst, left = row
         last = at_or_before(samples, end)
         phases[name] = {
             "start": start - t0,
             "end": end - t0,
+            "enqueued_per_s": int(enqueued) / (end - start),
             "jobs_per_s": int(finished) / (end - start),
             "claimed": int(claimed),
             "p50_ms": p[0] if p else None,
@@ -361,7 +367,7 @@ def _figures(b: Bench, marks: dict[str, float], samples: list[dict[str, Any]]) -
         }
     recovery = [
         {"t": w * RECOVERY_WINDOW, "jobs_per_s": n_done / RECOVERY_WINDOW, "p99_ms": p99}
-        for w, n_done, _, _, p99 in b.conn.execute(
+        for w, n_done, _, _, p99, _ in b.conn.execute(
             WINDOWS,
             {
                 "queue": QUEUE,
@@ -482,6 +488,26 @@ def _mb(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.1f}"
 
 
+#: The table's columns: heading, width, and how a phase shows in it.
+COLUMNS: list[tuple[str, int, Callable[[dict[str, Any]], str]]] = [
+    ("seconds", 8, lambda p: f"{p['end'] - p['start']:.0f}"),
+    ("in/s", 7, lambda p: f"{p['enqueued_per_s']:,.0f}" if "enqueued_per_s" in p else "-"),
+    ("jobs/s", 7, lambda p: f"{p['jobs_per_s']:,.0f}"),
+    ("p50 ms", 9, lambda p: _ms(p["p50_ms"])),
+    ("p99 ms", 9, lambda p: _ms(p["p99_ms"])),
+    ("max ms", 9, lambda p: _ms(p["max_ms"])),
+    ("left", 8, lambda p: f"{p['left_queued']:,}"),
+    ("dead", 9, lambda p: _count(p["dead_end"])),
+    ("xid age", 8, lambda p: _count(p["xmin_age_max"])),
+    ("table MB", 9, lambda p: _mb(p["table_bytes_end"])),
+    ("probe buf", 10, lambda p: _count(p.get("probe_buffers_end"))),
+]
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
 def render(result: dict[str, Any]) -> str:
     """The run as a plain-text table per phase, and the verdict."""
     phases = result["phases"]
@@ -489,26 +515,18 @@ def render(result: dict[str, Any]) -> str:
     measured = result.get("measured_rate")
     lines = [
         f"pressure: {result['pressure']}; {result['workers']} worker(s) x concurrency "
-        f"{result['concurrency']}; "
-        f"offered {result['rate']:,.0f} jobs/s"
+        f"{result['concurrency']}; offered {result['rate']:,.0f} jobs/s"
         + (f" (half the {measured:,.0f} measured)" if measured else "")
         + f", reached {result['arrive_rate']:,.0f} ({result['arrived']:,} jobs)",
         "",
-        f"{'phase':<10}{'seconds':>8}{'jobs/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'left':>8}"
-        f"{'dead':>10}{'xid age':>9}{'table MB':>10}{'probe buf':>10}",
+        "phase    " + "".join(f"{heading:>{width}}" for heading, width, _ in COLUMNS),
     ]
     for name, p in phases.items():
-        lines.append(
-            f"{name:<10}{p['end'] - p['start']:>8.0f}{p['jobs_per_s']:>9,.0f}{_ms(p['p50_ms']):>9}"
-            f"{_ms(p['p99_ms']):>9}{_ms(p['max_ms']):>9}{p['left_queued']:>8,}"
-            f"{p['dead_end'] if p['dead_end'] is not None else '-':>10}"
-            f"{p['xmin_age_max'] if p['xmin_age_max'] is not None else '-':>9}{_mb(p['table_bytes_end']):>10}"
-            f"{p.get('probe_buffers_end') if p.get('probe_buffers_end') is not None else '-':>10}"
-        )
+        lines.append(f"{name:<9}" + "".join(f"{show(p):>{width}}" for _, width, show in COLUMNS))
     lines += [
-        "(left: jobs enqueued and not finished at the phase's end; dead: n_dead_tup then; xid age: the",
-        " oldest xid or snapshot of the database, the most in the phase; probe buf: buffers one look at",
-        " the front of the claim's index touched at the phase's end)",
+        "(in/s: jobs enqueued per second; left: jobs enqueued and not finished at the phase's end;",
+        " dead: n_dead_tup then; xid age: the oldest xid or snapshot of the database, the most in the",
+        " phase; probe buf: buffers one look at the front of the claim's index touched at the end)",
         "",
         "index MB at each phase's end:",
     ]
