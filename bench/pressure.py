@@ -19,8 +19,10 @@ the rate ``Bench.process`` measures first), through three phases:
 
 Every second a sampler reads the job table's dead and live tuples, the size
 of the table and of each of its indexes (their names from the catalog, so
-the figures follow whatever indexes the migrations made) and the age of the
-oldest xid or snapshot of the database. The jobs' own timestamps, stamped by
+the figures follow whatever indexes the migrations made), the age of the
+oldest xid or snapshot of the database (a VACUUM's own is left out: it holds
+nothing back) and what a look at the front of the claim's index costs
+(``PROBE``). The jobs' own timestamps, stamped by
 the database, give the rest once the run is over: pickup latency is
 ``started_at - run_at`` (from the enqueue's statement to the claim), grouped
 by the second the claim happened; throughput is jobs finished per second.
@@ -63,7 +65,7 @@ SELECT extract(epoch FROM clock_timestamp())::float8, t.n_dead_tup, t.n_live_tup
        (SELECT json_object_agg(i.indexrelid::regclass::text, pg_relation_size(i.indexrelid))
         FROM pg_index i WHERE i.indrelid = t.relid),
        (SELECT max(greatest(age(backend_xid), age(backend_xmin))) FROM pg_stat_activity
-        WHERE datname = current_database())
+        WHERE datname = current_database() AND pid NOT IN (SELECT pid FROM pg_stat_progress_vacuum))
 FROM pg_stat_user_tables t WHERE t.relname = 'leasejobs_job'
 """
 
