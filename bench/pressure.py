@@ -13,8 +13,11 @@ the rate ``Bench.process`` measures first), through three phases:
   ``long-transaction``: one session ``BEGIN; SELECT txid_current();`` and
   idle in that transaction, holding its xid; ``analytics``: four sessions,
   each in one ``REPEATABLE READ`` snapshot for the whole phase, scanning the
-  job table in a loop (``ANALYTICS_SCAN``); ``none``: nothing (a control
-  run: how far two phases of the same load differ on this machine);
+  job table in a loop (``ANALYTICS_SCAN``); ``scans``: the same scans,
+  each in a transaction of its own (the readers' CPU and reads without
+  their snapshot: what of ``analytics`` is the machine's, not the pinned
+  horizon's); ``none``: nothing (a control run: how far two phases of the
+  same load differ on this machine);
 - after: the pressure is gone (rolled back, committed).
 
 Every second a sampler reads the job table's dead and live tuples, the size
@@ -36,6 +39,7 @@ that both hold.
 """
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +52,7 @@ from bench.db import CLAIM_SESSION, connect
 from bench.run import Bench, _worker_args, median_of
 from bench.tasks import QUEUE
 
-KINDS = ("none", "long-transaction", "analytics")
+KINDS = ("none", "long-transaction", "analytics", "scans")
 ANALYTICS_READERS = 4
 #: What each analytics reader runs, again and again, inside one snapshot.
 ANALYTICS_SCAN = "SELECT count(*), max(id) FROM leasejobs_job"
@@ -154,8 +158,12 @@ def long_transaction() -> Iterator[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def analytics(readers: int = ANALYTICS_READERS) -> Iterator[dict[str, Any]]:
-    """``readers`` sessions, each in one REPEATABLE READ snapshot, running ``ANALYTICS_SCAN`` in a loop."""
+def analytics(readers: int = ANALYTICS_READERS, *, snapshot: bool = True) -> Iterator[dict[str, Any]]:
+    """``readers`` sessions, each in one REPEATABLE READ snapshot, running ``ANALYTICS_SCAN`` in a loop.
+
+    Without ``snapshot`` each scan is a transaction of its own (autocommit):
+    the same CPU and reads, but no snapshot held from one scan to the next.
+    """
     stop = threading.Event()
     scans = [0] * readers
     errors: list[BaseException] = []
@@ -164,11 +172,13 @@ def analytics(readers: int = ANALYTICS_READERS) -> Iterator[dict[str, Any]]:
     def read(n: int) -> None:
         conn = conns[n]
         try:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            if snapshot:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             while not stop.is_set():
                 conn.execute(ANALYTICS_SCAN).fetchone()
                 scans[n] += 1
-            conn.execute("COMMIT")
+            if snapshot:
+                conn.execute("COMMIT")
         except psycopg.Error as exc:
             if not stop.is_set():
                 errors.append(exc)
@@ -200,6 +210,7 @@ PRESSURES: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str, An
     "none": nothing,
     "long-transaction": long_transaction,
     "analytics": analytics,
+    "scans": functools.partial(analytics, snapshot=False),
 }
 
 

@@ -227,7 +227,8 @@ class Command(BaseCommand):
             help="Only measure steadiness under database pressure: the most workers of --workers take "
             "no-op jobs offered at --rate through a clean phase, a pressure phase and an after phase "
             "(--phases): long-transaction (a session idle in a transaction holding an xid), analytics "
-            "(four REPEATABLE READ sessions scanning the job table in a loop) or none (a control run). "
+            "(four REPEATABLE READ sessions scanning the job table in a loop), scans (the same scans without "
+            "a snapshot held between them) or none (a control run). "
             "--plot draws the run over time.",
         )
         parser.add_argument(
