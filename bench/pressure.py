@@ -25,8 +25,8 @@ of the table and of each of its indexes (their names from the catalog, so
 the figures follow whatever indexes the migrations made), the age of the
 oldest xid or snapshot of the database (a VACUUM's own is left out: it holds
 nothing back) and what a look at the front of the claim's index costs
-(``PROBE``). The jobs' own timestamps, stamped by
-the database, give the rest once the run is over: pickup latency is
+(``PROBE``). The jobs' own timestamps, stamped by the database, give the
+rest once the run is over: pickup latency is
 ``started_at - run_at`` (from the enqueue's statement to the claim), grouped
 by the second the claim happened; throughput is jobs finished per second.
 
@@ -39,7 +39,6 @@ that both hold.
 """
 
 import contextlib
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -144,9 +143,13 @@ class Phases:
 
 
 @contextlib.contextmanager
-def long_transaction() -> Iterator[dict[str, Any]]:
-    """One session idle in a transaction that holds an xid, until the block ends (then ROLLBACK)."""
-    conn = connect(f"-c statement_timeout={SESSION_TIMEOUT}")
+def long_transaction(seconds: float = 900.0) -> Iterator[dict[str, Any]]:
+    """One session idle in a transaction that holds an xid, until the block ends (then ROLLBACK).
+
+    Should the bench hang, the server ends the transaction a minute after ``seconds``.
+    """
+    idle = f"{int(seconds) + 60}s"
+    conn = connect(f"-c statement_timeout={SESSION_TIMEOUT} -c idle_in_transaction_session_timeout={idle}")
     try:
         conn.execute("BEGIN")
         row = conn.execute("SELECT txid_current()").fetchone()
@@ -203,14 +206,16 @@ def analytics(readers: int = ANALYTICS_READERS, *, snapshot: bool = True) -> Ite
 
 @contextlib.contextmanager
 def nothing() -> Iterator[dict[str, Any]]:
+    """No pressure: the control run."""
     yield {}
 
 
-PRESSURES: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str, Any]]]] = {
-    "none": nothing,
+#: Each kind's pressure, given the seconds it is to last.
+PRESSURES: dict[str, Callable[[float], contextlib.AbstractContextManager[dict[str, Any]]]] = {
+    "none": lambda seconds: nothing(),
     "long-transaction": long_transaction,
-    "analytics": analytics,
-    "scans": functools.partial(analytics, snapshot=False),
+    "analytics": lambda seconds: analytics(),
+    "scans": lambda seconds: analytics(snapshot=False),
 }
 
 
@@ -308,7 +313,7 @@ def run_phases(
             _hold(phases.clean, group.check_alive)
             marks["pressure"] = _now(b)
             step(f"pressure ({kind}): {phases.pressure:g} s")
-            with PRESSURES[kind]() as detail:
+            with PRESSURES[kind](phases.pressure) as detail:
                 _hold(phases.pressure, group.check_alive)
             marks["after"] = _now(b)
             step(f"after: {phases.after:g} s")
@@ -324,7 +329,7 @@ def run_phases(
     result = _figures(b, marks, samples)
     result.update(
         pressure=kind,
-        detail={k: v for k, v in detail.items() if k != "errors"} | {"errors": detail.get("errors", [])},
+        detail=dict(detail),
         rate=rate,
         arrived=arrivals.count,
         arrive_rate=arrivals.rate,
