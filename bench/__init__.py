@@ -65,6 +65,7 @@ The scripts beside them, each run on its own (see its docstring):
 of its own; it reads ``host`` only, so this package imports nothing at its
 top), ``cpu_ab.py`` (CPU per job of two trees, alternating), ``pooler.py``
 (workers through PgBouncer), ``history.py`` (a large job history),
+``pinned_front.py`` (the claim's first look while the horizon is pinned),
 ``periodic/cost.py`` (periodic scheduling per tick) and ``queue_controls/``
 (the cost of queue limits).
 """
