@@ -36,6 +36,10 @@ The command, on the database Django is configured for, measures:
 - the database's cost per job of each processing run (``dbcost``): WAL bytes
   and full-page images after a checkpoint, transactions, row versions written
   and left dead, statements (with ``pg_stat_statements``) and the backends' CPU.
+- steadiness under database pressure (``--pressure``, ``pressure``): pickup
+  latency and throughput at a fixed offered load through a clean phase, a
+  phase with a long transaction or analytics readers, and a phase after it,
+  with dead tuples and the table's and indexes' sizes sampled every second.
 
 Every job the bench makes is on the ``leasejobs-bench`` queue (the finished
 rows of ``--table-rows`` on ``leasejobs-bench-history``) and is deleted at the
@@ -53,13 +57,15 @@ and ``run_all`` which runs what the command's options ask), ``workers``
 (the ``runworker`` processes), ``raw`` (the raw-SQL limit), ``db`` (its own
 psycopg connections, the machine), ``tasks`` (the bench tasks), ``host``
 (the CPU time the host takes), ``dbcost`` (the database's cost per job),
-``report`` (the table) and ``plot`` (the PNG). ``leasejobs`` never imports any of it.
+``report`` (the table), ``plot`` (the PNGs) and ``pressure``
+(``--pressure``). ``leasejobs`` never imports any of it.
 
 The scripts beside them, each run on its own (see its docstring):
 ``compare/`` (leasejobs against PgQueuer and procrastinate, in a virtualenv
 of its own; it reads ``host`` only, so this package imports nothing at its
 top), ``cpu_ab.py`` (CPU per job of two trees, alternating), ``pooler.py``
 (workers through PgBouncer), ``history.py`` (a large job history),
+``pinned_front.py`` (the claim's first look while the horizon is pinned),
 ``periodic/cost.py`` (periodic scheduling per tick) and ``queue_controls/``
 (the cost of queue limits).
 """

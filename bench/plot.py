@@ -113,3 +113,80 @@ def _paces(timeline: list[tuple[float, int]], window: int = 4) -> list[tuple[flo
         if t1 > t0:
             points.append(((n0 + n1) / 2, (n1 - n0) / (t1 - t0)))
     return points
+
+
+def plot_pressure(result: dict[str, Any], path: str) -> None:
+    """A ``--pressure`` run over time: pickup latency, throughput, dead tuples, the cost of a look at
+    the front of the claim's index, table and index sizes, one panel each, the pressure phase shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    phases = result["phases"]
+    seconds = [s for s in result["per_second"] if s["t"] >= 0]
+    samples = [s for s in result["samples"] if s["t"] >= 0]
+    fig, axes = plt.subplots(5, 1, figsize=(8, 10.5), dpi=110, sharex=True)
+    latency, throughput, dead, probe, sizes = axes
+    latency.plot([s["t"] for s in seconds], [s["p99_ms"] for s in seconds], linewidth=0.8, label="p99")
+    latency.plot([s["t"] for s in seconds], [s["p50_ms"] for s in seconds], linewidth=0.8, label="p50")
+    latency.set_yscale("log")
+    latency.set_ylabel("pickup latency, ms\n(per second)")
+    throughput.plot(
+        [s["t"] for s in seconds], [s["finished"] for s in seconds], linewidth=0.8, label="finished"
+    )
+    if seconds and "enqueued" in seconds[0]:
+        throughput.plot(
+            [s["t"] for s in seconds],
+            [s["enqueued"] for s in seconds],
+            linewidth=0.6,
+            color="grey",
+            label="enqueued",
+        )
+    throughput.axhline(result["rate"], color="k", linestyle=":", linewidth=0.8, label="offered")
+    throughput.set_ylim(bottom=0)
+    throughput.set_ylabel("jobs/s")
+    dead.plot([s["t"] for s in samples], [s["dead"] for s in samples], linewidth=0.9, color="C3")
+    dead.set_ylim(bottom=0)
+    dead.set_ylabel("n_dead_tup\nof leasejobs_job")
+    probe.plot(
+        [s["t"] for s in samples], [s.get("probe_buffers") for s in samples], linewidth=0.9, color="C4"
+    )
+    probe.set_yscale("log")
+    probe.set_ylabel("buffers a look at\nthe claim index's\nfront touches")
+    sizes.plot(
+        [s["t"] for s in samples],
+        [s["table_bytes"] / 2**20 for s in samples],
+        linewidth=0.9,
+        label="table",
+        color="k",
+    )
+    # Indexes that stay empty (no row has their column) are left out.
+    grown = {name for s in samples for name, size in s["indexes"].items() if size > 64 * 1024}
+    for name in sorted(grown):
+        sizes.plot(
+            [s["t"] for s in samples],
+            [s["indexes"].get(name, 0) / 2**20 for s in samples],
+            linewidth=0.9,
+            label=name,
+        )
+    sizes.set_yscale("log")
+    sizes.set_ylabel("MB")
+    sizes.set_xlabel("seconds from the start of the clean phase")
+    for ax in axes:
+        ax.axvspan(phases["pressure"]["start"], phases["pressure"]["end"], color="orange", alpha=0.15)
+        if phases["after"]["end"] >= phases["after"]["start"] + 60:
+            ax.axvline(phases["after"]["start"] + 60, color="grey", linewidth=0.6, linestyle="--")
+        ax.grid(True, linewidth=0.3)
+    for ax in (latency, throughput, sizes):
+        ax.legend(fontsize=7, loc="upper left")
+    v = result["verdict"]
+    latency.set_title(
+        f"pressure: {result['pressure']} (shaded); {result['workers']} workers, jobs offered at "
+        f"{result['rate']:,.0f}/s\npressure p99 {v['p99_ratio'] or 0:.2f}x clean, jobs/s "
+        f"{v['jobs_per_s_ratio'] or 0:.2f}x; dashed: one minute after the pressure ended",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

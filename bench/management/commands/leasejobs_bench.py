@@ -9,7 +9,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench.plot import plot, plot_backlog
+from bench import pressure
+from bench.db import machine
+from bench.plot import plot, plot_backlog, plot_pressure
 from bench.report import render
 from bench.run import VERBOSITY, Bench, run_all, to_json
 from leasejobs.management.arguments import non_negative_int, positive_float, positive_int, positive_ints
@@ -24,6 +26,17 @@ def _log_levels(text: str) -> list[str]:
 
 
 _log_levels.__name__ = "log level (warning, info, or warning,info)"
+
+
+def _phases(text: str) -> list[float]:
+    """An argparse type: three positive numbers of seconds separated by commas."""
+    parts = [float(part) for part in text.split(",")]
+    if len(parts) != 3 or any(part <= 0 for part in parts):
+        raise ValueError(text)
+    return parts
+
+
+_phases.__name__ = "phases (three positive numbers of seconds: clean,pressure,after)"
 
 
 class Command(BaseCommand):
@@ -208,11 +221,36 @@ class Command(BaseCommand):
             "one callback after those) against the same N jobs without edges, alternating --repeat "
             "times, with the first of --workers and --concurrency (0: skip, the default).",
         )
+        parser.add_argument(
+            "--pressure",
+            choices=pressure.KINDS,
+            help="Only measure steadiness under database pressure: the most workers of --workers take "
+            "no-op jobs offered at --rate through a clean phase, a pressure phase and an after phase "
+            "(--phases): long-transaction (a session idle in a transaction holding an xid), analytics "
+            "(four REPEATABLE READ sessions scanning the job table in a loop), scans (the same scans without "
+            "a snapshot held between them) or none (a control run). "
+            "--plot draws the run over time.",
+        )
+        parser.add_argument(
+            "--rate",
+            type=positive_float,
+            metavar="JOBS/S",
+            help="The load of --pressure (default: half the no-op drain rate measured first, the median "
+            "of --repeat runs of --jobs).",
+        )
+        parser.add_argument(
+            "--phases",
+            type=_phases,
+            default=[60.0, 180.0, 60.0],
+            metavar="CLEAN,PRESSURE,AFTER",
+            help="Seconds of each --pressure phase (60,180,60).",
+        )
         parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
         parser.add_argument(
             "--plot",
             metavar="FILE.png",
-            help="Draw processing jobs/s against concurrency, one line per worker count (needs matplotlib).",
+            help="Draw processing jobs/s against concurrency, one line per worker count; with --pressure, "
+            "the run over time (needs matplotlib).",
         )
         parser.add_argument(
             "--plot-backlog",
@@ -237,6 +275,9 @@ class Command(BaseCommand):
         )
         if options["workflow"]:
             self._workflow(b, options)
+            return
+        if options["pressure"]:
+            self._pressure(b, options)
             return
         try:
             results = run_all(b, options, lambda text: self._step(options, text), self.stderr.write)
@@ -273,6 +314,22 @@ class Command(BaseCommand):
         finally:
             b.close()
         self.stdout.write(to_json(result) if options["json"] else workflows.render(result))
+
+    def _pressure(self, b: Bench, options: dict[str, Any]) -> None:
+        """``--pressure KIND``: the clean, pressure and after phases, and nothing else."""
+        try:
+            result = {
+                "machine": machine(),
+                **pressure.run(b, options, lambda text: self._step(options, text)),
+            }
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            b.close()
+        self.stdout.write(to_json(result) if options["json"] else pressure.render(result))
+        if options["plot"]:
+            plot_pressure(result, options["plot"])
+            self.stderr.write(f"plot written to {options['plot']}")
 
     def _step(self, options: dict[str, Any], text: str) -> None:
         if not options["json"] and options["verbosity"] > 0:
