@@ -19,7 +19,9 @@ def test_a_job_claimed_between_match_and_write_is_left_alone(transactional_db):
     raced = make_job(status="failed", attempt=2, max_attempts=2, last_error="boom")
     with psycopg.connect(**connection_params()) as other:
         other.execute(
-            "UPDATE leasejobs_job SET status = 'running', attempt = attempt + 1 WHERE id = %s", [raced.id]
+            "UPDATE leasejobs_job SET status = 'running', finished_at = NULL, attempt = attempt + 1"
+            " WHERE id = %s",
+            [raced.id],
         )  # uncommitted: the command still reads the job as failed, attempt 2
         command = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "leasejobs_jobs", "retry", "--error", "boom"],

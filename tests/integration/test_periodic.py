@@ -4,6 +4,8 @@ import datetime as dt
 import itertools
 import time
 
+from django.db.models.functions import Now
+
 from leasejobs.db.rows import tick_of_key
 from leasejobs.models import Job, PeriodicSchedule
 from leasejobs.periodic.status import db_now
@@ -54,7 +56,7 @@ def test_overlap_false_skips_ticks_while_the_previous_job_is_queued_and_records_
     time.sleep(1.5)
     scheduler.run_due()
     assert jobs_of() == [first], "the previous job is still running"
-    Job.objects.filter(id=first.id).update(status="done")
+    Job.objects.filter(id=first.id).update(status="done", finished_at=Now())
     time.sleep(1.5)
     scheduler.run_due()
     assert len(jobs_of()) == 2

@@ -321,10 +321,8 @@ def test_a_job_is_unfinished_exactly_while_it_has_no_finish_time():
     queued job with a finish time (hidden from every claim) or a finished one without is
     refused by the database, naming the rule."""
     job = record.enqueue(1)
-    with pytest.raises(IntegrityError, match="leasejobs_job_finished_iff_ended"):
-        with transaction.atomic():
-            Job.objects.filter(id=job.id).update(finished_at=Now())
-    with pytest.raises(IntegrityError, match="leasejobs_job_finished_iff_ended"):
-        with transaction.atomic():
-            Job.objects.filter(id=job.id).update(status=Job.Status.DONE)
+    with pytest.raises(IntegrityError, match="leasejobs_job_finished_iff_ended"), transaction.atomic():
+        Job.objects.filter(id=job.id).update(finished_at=Now())
+    with pytest.raises(IntegrityError, match="leasejobs_job_finished_iff_ended"), transaction.atomic():
+        Job.objects.filter(id=job.id).update(status=Job.Status.DONE)
     Job.objects.filter(id=job.id).update(status=Job.Status.DONE, finished_at=Now())
