@@ -359,7 +359,7 @@ class Bench:
     def _remaining(self, first_id: int, jobs: int) -> int:
         """Jobs not finished yet, from the claim order (ids), in one index probe."""
         row = self.poll.execute(
-            "SELECT id FROM leasejobs_job WHERE status IN ('queued', 'running') AND queue = %s"
+            "SELECT id FROM leasejobs_job WHERE finished_at IS NULL AND queue = %s"
             " ORDER BY priority DESC, run_at, id LIMIT 1",
             [QUEUE],
         ).fetchone()
@@ -564,7 +564,7 @@ class Bench:
         after every backlog row, their ``run_at`` being later).
         """
         row = self.poll.execute(
-            "SELECT id FROM leasejobs_job WHERE queue = %s AND status IN ('queued', 'running')"
+            "SELECT id FROM leasejobs_job WHERE queue = %s AND finished_at IS NULL"
             " ORDER BY priority DESC, run_at, id LIMIT 1",
             [QUEUE],
         ).fetchone()
@@ -574,7 +574,7 @@ class Bench:
         """Bench jobs not finished yet (counted up to ``limit``: a cheap look at a long queue)."""
         row = self.conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM leasejobs_job"
-            " WHERE queue = %s AND status IN ('queued', 'running') LIMIT %s) AS q",
+            " WHERE queue = %s AND finished_at IS NULL LIMIT %s) AS q",
             [QUEUE, limit],
         ).fetchone()
         return int(row[0]) if row else 0
