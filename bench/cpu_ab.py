@@ -88,7 +88,9 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
     )
     subprocess.run([python, "-c", template], env=env, cwd=tree, check=True)
     with psycopg.connect(url, autocommit=True) as conn:
-        template_id = value(conn, "UPDATE leasejobs_job SET status = 'done', finished_at = now() RETURNING id")
+        template_id = value(
+            conn, "UPDATE leasejobs_job SET status = 'done', finished_at = now() RETURNING id"
+        )
         columns = [
             r[0]
             for r in conn.execute(
