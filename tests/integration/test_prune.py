@@ -28,8 +28,8 @@ def test_only_finished_jobs_older_than_the_cutoff_are_deleted_in_batches():
     old = [make_job(status, 10) for status in ("done", "done", "failed", "cancelled", "done")]
     recent = make_job("done", 1)
     queued = make_job("queued", None)
-    # A running job's finished_at is not set; even a stale value must not make it prunable.
-    running = make_job("running", 30)
+    # A running job has no finished_at (the check leasejobs_job_finished_iff_ended refuses one).
+    running = make_job("running", None)
     output = prune("--older-than", "7d", "--batch-size", "2")
     assert "Pruned 5 finished job(s)" in output and "in 3 batch(es) of at most 2" in output
     assert not Job.objects.filter(id__in=[j.id for j in old]).exists()
