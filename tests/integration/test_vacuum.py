@@ -100,7 +100,7 @@ def test_no_vacuum_with_no_vacuum_nor_below_the_threshold(start_worker, vacuum_e
     off = start_worker("--no-vacuum", env=vacuum_env)
     default = start_worker()  # VACUUM_THRESHOLD 50,000: far away
     _drained(500)
-    _dead_reported(1000)
+    _dead_reported(2 * int(THRESHOLD))  # claims are HOT: pruning in passing takes some back
     time.sleep(3)  # three looks of the vacuum thread
     for worker in (off, default):
         worker.signal(signal.SIGTERM)
@@ -189,7 +189,7 @@ def test_two_workers_vacuum_in_vain_once_between_them(start_worker, old_snapshot
         _enqueue(500)
         drainer = start_worker("--no-vacuum", "--burst")
         assert drainer.wait(timeout=60) == 0
-        _dead_reported(1000)
+        _dead_reported(2 * int(THRESHOLD))  # claims are HOT: pruning in passing takes some back
         before = _vacuums()
         assert a.check()  # due: a VACUUM in vain (the snapshot holds every row)
         assert _vacuums() == before + 1
