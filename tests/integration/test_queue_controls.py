@@ -269,7 +269,9 @@ def test_a_100000_a_day_quota_does_not_slow_another_queue_on_the_same_worker(sta
     wait_until(lambda: done("plain") == 3000, timeout=120, what="the plain queue to drain")
     with_quota = drain_span("plain")
     print(f"\n3,000 plain jobs: {baseline:.2f} s alone, {with_quota:.2f} s beside a 100000/d queue")
-    assert with_quota < 3 * baseline + 1.0, (baseline, with_quota)
+    # The fault this guards against cost 11.5 s where 0.9 s is right; a loaded machine (CI's
+    # embedded PostgreSQL 18 run) once took 2.2 s against 0.3 s alone: the bound is set between.
+    assert with_quota < 5 * baseline + 2.0, (baseline, with_quota)
     # And the quota's own jobs: 500 at 2 s per claim of at most 4 took minutes.
     assert beside.wait(timeout=60) == 0, beside.log()[-2000:]
     assert done("quota") == 500
