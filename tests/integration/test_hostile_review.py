@@ -133,7 +133,7 @@ def test_a_body_that_closes_its_descriptors_never_runs_beside_its_own_retry(work
     """A body that closes every descriptor above stderr (what daemon-style clean-up code does)
     closes its child's socket to the worker; the child lives on and the body keeps running.
 
-    The pool waits ``EXIT_STATUS_WAIT_SECONDS`` (2 s) for an exit status that never comes
+    The pool waits ``EXIT_STATUS_WAIT_SECONDS`` (5 s) for an exit status that never comes
     (the child is alive), then writes ``ProcessDied`` ("its exit status is not known") as
     that attempt's outcome, frees its lease and forks a new child into the same slot
     (resetting the slot the old child still writes). The retry starts in the new child
