@@ -12,7 +12,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
@@ -97,6 +98,17 @@ class ClaimedRow(NamedTuple):
     slots: int = 0
     #: The size of the arguments' JSON text.
     bytes: int = 0
+    #: The job's priority and ``run_at``: with ``id``, its place in claim
+    #: order, where the worker's next claim of that priority may start (``CLAIM_AFTER``).
+    priority: int = 0
+    run_at: datetime | None = None
+
+
+class ClaimKey(NamedTuple):
+    """A job's place in claim order within its priority: a claim may start after it."""
+
+    run_at: datetime
+    id: int
 
 
 class BeatRow(NamedTuple):
@@ -166,14 +178,20 @@ def claim_params(
     worker_id: str,
     job_id: int | None = None,
     max_bytes: int | None = None,
+    after: Mapping[int, ClaimKey] | None = None,
 ) -> dict[str, Any]:
     """The parameters of ``sql.CLAIM`` (the worker's, ``leasejobs.testing``'s, the bench's EXPLAIN).
 
     ``max_bytes``: keep claimed rows, in claim order, while their arguments
     fit in this many bytes (the first row always); None: no bound.
+    ``after``: for ``sql.CLAIM_AFTER``, where each priority's walk starts.
     """
     limit_bytes = int(conf.get("MAX_PAYLOAD_BYTES"))
+    keys = sorted((after or {}).items(), reverse=True)
     return {
+        "after_priorities": [priority for priority, _ in keys],
+        "after_run_ats": [key.run_at for _, key in keys],
+        "after_ids": [key.id for _, key in keys],
         "job_id": job_id,
         "queues": queues,
         "limit": limit,
@@ -294,12 +312,14 @@ class WorkerStore:
         task_leases: dict[str, float],
         limited: bool = False,
         max_bytes: int | None = None,
+        after: Mapping[int, ClaimKey] | None = None,
     ) -> list[ClaimedRow]:
         """Claim up to ``limit`` jobs; the first ``counted`` count their run now.
 
         ``limited``: jobs under queue or key limits, each with its places
         (``CLAIM_LIMITED``), instead of the plain jobs (``CLAIM``).
-        ``max_bytes``: see ``claim_params``.
+        ``max_bytes``: see ``claim_params``. ``after``: walk each of these
+        priorities on from its key (``CLAIM_AFTER``), not from the front.
         """
         params = claim_params(
             limit=limit,
@@ -309,10 +329,14 @@ class WorkerStore:
             task_leases=task_leases,
             worker_id=self.worker_id,
             max_bytes=max_bytes,
+            after=after,
         )
         if limited:
             params["scan"] = max(limit * LIMITED_SCAN_FACTOR, LIMITED_SCAN_MIN)
-        rows = self._claim.execute(sql.CLAIM_LIMITED if limited else sql.CLAIM, params)
+            statement = sql.CLAIM_LIMITED
+        else:
+            statement = sql.CLAIM_AFTER if after else sql.CLAIM
+        rows = self._claim.execute(statement, params)
         return [ClaimedRow._make(row) for row in rows]
 
     def limits_apply(self, queues: list[str] | None) -> tuple[list[str], bool]:

@@ -9,7 +9,8 @@ record, and a worker killed from outside leaves at most the jobs its
 children had not reached counted and unstarted (docs/guarantees.md). The
 claim keeps the arguments it takes in memory under ``PREFETCH_BYTES``.
 It claims again when a NOTIFY arrives, a child runs low, or the poll
-interval passes.
+interval passes; each claim starts where its last one stopped, and now and
+then at the front (``ClaimStart``).
 
 Queue controls: while a queue this worker serves has a limit (or jobs with
 a concurrency key were enqueued), idle children are first offered to
@@ -25,10 +26,11 @@ from collections.abc import Callable
 from leasejobs import conf
 from leasejobs.db.connection import CONNECTION_ERRORS
 from leasejobs.db.rows import effective_lease
-from leasejobs.db.store import Attempt, ClaimedRow, WorkerStore, max_row_bytes
+from leasejobs.db.store import Attempt, ClaimedRow, ClaimKey, WorkerStore, max_row_bytes
 from leasejobs.jobs import registry
 from leasejobs.jobs.registry import Task
 from leasejobs.worker import outcomes, rules
+from leasejobs.worker.claim_start import ClaimStart
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
 from leasejobs.worker.limits import LimitGate
@@ -73,6 +75,7 @@ class Claimer:
         self.limits = LimitGate(store, options.queues, poll_interval)
         #: The last claim took more than the children had room for.
         self._gave_back = False
+        self.start = ClaimStart()
 
     def notified(self, queue: str | None) -> None:
         """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected)."""
@@ -106,7 +109,7 @@ class Claimer:
                 # committed before its snapshot, and nothing of ours can be due after it.
                 idle = o.burst and self.held.empty()
                 try:
-                    got = self.claim(room)
+                    got = self.claim(room, front=idle)
                     # Nothing held, so no place of ours is held either; a last look.
                     if got == 0 and idle and self.limits.active:
                         got = self.claim_limited()
@@ -167,13 +170,26 @@ class Claimer:
         self.limits.claimed(len(rows), room)
         return self._hold(rows, seconds)
 
-    def claim(self, limit: int) -> int:
-        """Claim up to ``limit`` jobs and hand them to the children; returns the rows claimed."""
-        rows, seconds = self._timed_claim(limit, max_bytes=max(1, self._bytes_left()))
-        return self._hold(rows, seconds)
+    def claim(self, limit: int, *, front: bool = False) -> int:
+        """Claim up to ``limit`` jobs and hand them to the children; returns the rows claimed.
+
+        The claim starts after this worker's last keys, or at the front of the claim
+        index when one is due (``ClaimStart``; ``front``: now)."""
+        after = self.start.after(front=front)
+        began = time.monotonic()
+        rows, seconds = self._timed_claim(limit, max_bytes=max(1, self._bytes_left()), after=after)
+        given_back: set[int] = set()
+        got = self._hold(rows, seconds, given_back)
+        self.start.claimed(after, began, seconds, rows, given_back)
+        return got
 
     def _timed_claim(
-        self, limit: int, *, limited: bool = False, max_bytes: int | None = None
+        self,
+        limit: int,
+        *,
+        limited: bool = False,
+        max_bytes: int | None = None,
+        after: dict[int, ClaimKey] | None = None,
     ) -> tuple[list[ClaimedRow], float]:
         """Claim up to ``limit`` jobs, each counting its run; the rows, and how long the claim took
         (the leases run from before it was sent)."""
@@ -186,13 +202,15 @@ class Claimer:
             task_leases=self.task_leases,
             limited=limited,
             max_bytes=max_bytes,
+            after=after,
         )
         return rows, time.perf_counter() - began
 
-    def _hold(self, rows: list[ClaimedRow], seconds: float) -> int:
+    def _hold(self, rows: list[ClaimedRow], seconds: float, given_back: set[int] | None = None) -> int:
         """Hand claimed rows to the children (or settle refusals); returns the rows.
 
-        ``seconds``: how long the claim statement took (for the metrics).
+        ``seconds``: how long the claim statement took (for the metrics);
+        ``given_back`` receives the ids of the jobs that went back to the queue unrun.
         """
         claimed_at = time.monotonic()
         jobs: list[HeldJob] = []
@@ -220,6 +238,8 @@ class Claimer:
             given = {id(job) for job in early}
             jobs = [job for job in jobs if id(job) not in given]
         overflow = self.pool.assign(jobs)
+        if given_back is not None:
+            given_back.update(job.key.id for job in early + overflow)
         # Given back, they wait for the next claim after a child reports progress (its wake-up),
         # not for one at once that would find the children as full.
         self._gave_back = bool(early or overflow)

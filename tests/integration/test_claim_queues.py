@@ -9,7 +9,7 @@ from django.db import connection
 
 from leasejobs.db import sql
 from leasejobs.db.connection import connection_params
-from leasejobs.db.store import CLAIM_SETTINGS, claim_params
+from leasejobs.db.store import CLAIM_SETTINGS, ClaimKey, claim_params
 from tests.unit.test_claim_queues import _claim_ids, _insert
 
 
@@ -50,3 +50,61 @@ def test_a_claim_never_walks_the_jobs_scheduled_later() -> None:
     params = claim_params(limit=10, counted=10, queues=None, lease_seconds=30, task_leases={}, worker_id="w")
     assert _buffers(sql.CLAIM, params) < 300
     assert _claim_ids(None, 10) == due
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_from_its_keys_does_not_walk_the_jobs_finished_under_a_pinned_horizon() -> None:
+    """A session holds an xid while 20,000 jobs are claimed and finished: none of their
+    dead index entries can go, and they sit at the claim index's front. A claim from the
+    front visits each (thousands of buffers, growing with the pressure's age); a claim
+    from the last key a worker kept passes none of them, and takes the same jobs."""
+    due = [_insert("default", 0, -1) for _ in range(3)]
+    with (
+        psycopg.connect(**connection_params(), autocommit=True) as conn,
+        psycopg.connect(**connection_params()) as pin,
+    ):
+        pin.execute("SELECT txid_current()")
+        conn.execute(
+            """
+            INSERT INTO leasejobs_job (
+                task_name, queue, priority, args, kwargs, status, attempt, runs, max_attempts, run_at,
+                leased_by, cancel_requested, last_error, errors, worker_ids, created_at, snoozes
+            )
+            SELECT 'tests.claim', 'default', 0, '[]', '{}', 'queued', 0, 0, 3,
+                   now() - interval '1 hour' + g * interval '1 ms', '', false, '', '[]', '[]', now(), 0
+            FROM generate_series(1, 20000) AS g
+            """
+        )
+        for _ in range(4):  # as workers do: claimed, then finished, in batches
+            conn.execute(
+                """
+                UPDATE leasejobs_job SET status = 'running', attempt = 1, runs = 1, leased_by = 'w',
+                    lease_until = now() + interval '30 s'
+                WHERE id IN (SELECT id FROM leasejobs_job
+                             WHERE status = 'queued' AND run_at < now() - interval '1 minute'
+                             ORDER BY run_at LIMIT 5000)
+                """
+            )
+            conn.execute(
+                """
+                UPDATE leasejobs_job SET status = 'done', lease_until = NULL, finished_at = clock_timestamp()
+                WHERE status = 'running' AND leased_by = 'w'
+                """
+            )
+        run_at, last = conn.execute(
+            "SELECT run_at, id FROM leasejobs_job WHERE status = 'done' ORDER BY run_at DESC, id DESC LIMIT 1"
+        ).fetchone()
+        front = claim_params(
+            limit=10, counted=10, queues=None, lease_seconds=30, task_leases={}, worker_id="w"
+        )
+        after = claim_params(
+            limit=10, counted=10, queues=None, lease_seconds=30, task_leases={}, worker_id="w",
+            after={0: ClaimKey(run_at, last)},
+        )  # fmt: skip
+        front_buffers, after_buffers = _buffers(sql.CLAIM, front), _buffers(sql.CLAIM_AFTER, after)
+        assert front_buffers > 5000, front_buffers
+        assert after_buffers < 100, after_buffers
+        options = " ".join(f"-c {name}={value}" for name, value in CLAIM_SETTINGS.items())
+        with psycopg.connect(**connection_params(), options=options) as claim:
+            assert [r[0] for r in claim.execute(sql.CLAIM_AFTER, after).fetchall()] == due
+        pin.rollback()

@@ -8,6 +8,7 @@ import signal
 import time
 
 import pytest
+from django.db import transaction
 from django.db.models import Count
 
 from leasejobs.models import Job, SideEffect
@@ -54,6 +55,30 @@ def test_higher_priority_runs_first_then_oldest_run_at_then_id(start_worker):
     order = list(BodyRun.objects.order_by("id").values_list("job_id", flat=True))
     assert order == [high.id, old.id, first_default.id, second_default.id, low.id]
     assert job_now(future).status == "queued"
+
+
+def test_jobs_due_before_a_busy_workers_last_claims_are_still_run(start_worker):
+    """A busy worker claims on from the last job it kept of each priority
+    (``sql.CLAIM_AFTER``) and walks from the front only now and then: a job due
+    before those keys, a priority it has not claimed from, and an expired lease
+    of a job claimed long ago are found all the same, within moments."""
+    from django.utils import timezone
+
+    worker = start_worker("--concurrency", "2", "--lease", "5")
+    stream = [record.enqueue(n) for n in range(300)]
+    wait_until(lambda: BodyRun.objects.count() >= 50, what="the worker is busy")
+    now = timezone.now()
+    late = record.using(run_at=now - timezone.timedelta(minutes=5)).enqueue("due before the keys")
+    new_priority = record.using(priority=3).enqueue("a priority not claimed from yet")
+    with transaction.atomic():  # committed as running: no claim sees it queued
+        orphan = record.enqueue("claimed long ago by a worker that died")
+        Job.objects.filter(id=orphan.id).update(
+            status="running", attempt=1, runs=1, leased_by="ghost",
+            run_at=now - timezone.timedelta(minutes=10), lease_until=now - timezone.timedelta(seconds=1),
+        )  # fmt: skip
+    for job in (late, new_priority, orphan, stream[-1]):
+        wait_until(lambda job=job: job_now(job).status == "done", timeout=30, what=f"job {job.id} done")
+    assert (job_now(orphan).attempt, runs(orphan)) == (2, 1), worker.log()[-2000:]
 
 
 # -- the story: a job that outlives its lease -----------------------------------

@@ -8,13 +8,15 @@ scheduled later, running jobs still held, paused queues or limited queues
 now (``sql.CLAIM``); any rewrite of it must keep passing this.
 """
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasejobs.db import sql
-from leasejobs.db.store import claim_params
+from leasejobs.db.store import ClaimKey, claim_params
 from leasejobs.models import Queue
 
 QUEUES = ["a", "b", "c"]
@@ -110,4 +112,50 @@ def test_a_claim_takes_the_best_jobs_of_its_queues_in_claim_order(
         # Claim order: priority first, then the earliest due, then the oldest id.
         expected = [r[0] for r in sorted(eligible, key=lambda r: (-r[2], r[3], r[0]))][:limit]
         assert _claim_ids(served, limit) == expected
+        transaction.set_rollback(True)
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    jobs=jobs_strategy,
+    # Per priority the walk starts after: (due, the n-th id inserted), or, when the last is
+    # True, the n-th job of that priority's own key if it has one; a priority left out is not walked.
+    keys=st.dictionaries(
+        st.sampled_from([-1, 0, 5]),
+        st.tuples(st.sampled_from([-30, -20, -10, 60]), st.integers(0, 12), st.booleans()),
+    ),
+    limit=st.integers(1, 6),
+)
+def test_a_claim_from_keys_takes_the_best_jobs_after_them(
+    jobs: list[tuple[str, int, int, str]], keys: dict[int, tuple[int, int]], limit: int
+) -> None:
+    """``sql.CLAIM_AFTER``: the same model, restricted to the priorities given, each after its key."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now(), nextval(pg_get_serial_sequence('leasejobs_job', 'id'))")
+            now, first_id = cursor.fetchone()
+        jobs = [(q, p, d if state == "queued" else -abs(d), state) for q, p, d, state in jobs]
+        rows = [(_insert(q, p, d, state), q, p, d, state) for q, p, d, state in jobs]
+        starts: dict[int, tuple[int, int]] = {}
+        for p, (d, n, on_a_job) in keys.items():
+            own = [(r[3], r[0]) for r in rows if r[2] == p]
+            starts[p] = own[n % len(own)] if on_a_job and own else (d, first_id + n)
+        after = {p: ClaimKey(now + timedelta(seconds=d), i) for p, (d, i) in starts.items()}
+        eligible = [
+            r for r in rows if r[3] < 0 and r[4] != "held" and r[2] in starts and (r[3], r[0]) > starts[r[2]]
+        ]
+        expected = [r[0] for r in sorted(eligible, key=lambda r: (-r[2], r[3], r[0]))][:limit]
+        params = claim_params(
+            limit=limit,
+            counted=limit,
+            queues=None,
+            lease_seconds=30,
+            task_leases={},
+            worker_id="w",
+            after=after,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql.CLAIM_AFTER, params)
+            assert [row[0] for row in cursor.fetchall()] == expected
         transaction.set_rollback(True)

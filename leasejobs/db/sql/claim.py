@@ -73,6 +73,94 @@ _SETTLED = (
     + "\n)"
 )
 
+
+def _plain_claim(levels: str, after: str) -> str:
+    """``CLAIM`` or ``CLAIM_AFTER``: ``levels`` names the priorities to walk
+    (a CTE), ``after`` where each walk starts (a condition; empty: at the front)."""
+    return (
+        levels
+        + """
+picked AS (
+    -- No ORDER BY: the levels come highest first and each walk in (run_at, id)
+    -- order, so the rows arrive in claim order and the LIMIT stops the walks
+    -- (and their locks) at the last row kept.
+    SELECT c.* FROM levels AS l CROSS JOIN LATERAL (
+        SELECT id, priority, run_at, status = 'running' AS taken_over,
+               """
+        + _ended("")
+        + """ AS ended,
+               args::text AS args_text, kwargs::text AS kwargs_text
+        FROM leasejobs_job
+        WHERE priority = l.priority
+          AND finished_at IS NULL
+          AND run_at <= statement_timestamp()"""
+        + after
+        + """
+          AND (status = 'queued' OR lease_until < statement_timestamp())
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+          AND concurrency_key IS NULL
+          AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
+                                  WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
+        ORDER BY run_at, id
+        LIMIT %(limit)s
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS c
+    WHERE l.priority IS NOT NULL
+    LIMIT %(limit)s
+),
+sized AS (
+    -- The bytes each job's arguments take in the worker, a row too large to
+    -- hold counted as nothing (its arguments are not sent), and the bytes of
+    -- the rows before it in claim order: the claim keeps rows only while
+    -- they fit in ``max_bytes`` (the first always).
+    SELECT p.*, b.bytes,
+           sum(CASE WHEN b.bytes > %(max_row_bytes)s THEN 0 ELSE b.bytes END)
+               OVER (ORDER BY p.priority DESC, p.run_at, p.id) AS upto
+    FROM picked AS p
+    CROSS JOIN LATERAL (SELECT octet_length(p.args_text) + octet_length(p.kwargs_text) AS bytes) AS b
+),
+kept AS (
+    SELECT * FROM sized
+    WHERE upto - CASE WHEN bytes > %(max_row_bytes)s THEN 0 ELSE bytes END < %(max_bytes)s
+),
+counted AS (
+    -- The first rows in claim order: a top-N sort, not a ranking of them all.
+    SELECT ARRAY(SELECT id FROM kept ORDER BY priority DESC, run_at, id LIMIT %(counted)s) AS ids
+),
+ranked AS (
+    SELECT p.*, p.id = ANY (c.ids) AS counted FROM kept AS p, counted AS c
+),
+durable AS (
+    SELECT set_config('synchronous_commit', 'on', true) AS setting
+),
+claimed AS (
+    UPDATE leasejobs_job AS j SET
+"""
+        + _CLAIM_SET
+        + """    FROM ranked AS p
+    WHERE j.id = p.id AND (SELECT setting FROM durable) IS NOT NULL  -- once, not per row
+    RETURNING j.id, j.task_name, j.attempt, j.runs, j.max_attempts,
+              j.queue, CASE WHEN p.ended IS NOT NULL THEN j.status END AS ended, j.last_error,
+              p.counted, p.taken_over, j.priority, j.run_at,
+              j.trace_context::text AS trace_context, j.snoozes, j.retry_policy::text AS retry_policy,
+              CASE WHEN p.bytes <= %(max_row_bytes)s THEN p.args_text END AS args,
+              CASE WHEN p.bytes <= %(max_row_bytes)s THEN p.kwargs_text END AS kwargs, p.bytes,
+              j.workflow_id
+),
+"""
+        + _SETTLED
+        + """
+SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
+       counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited,
+       trace_context, snoozes, retry_policy, 0 AS slots, bytes, priority, run_at
+FROM claimed
+WHERE (SELECT count(*) FROM settled) >= 0
+ORDER BY priority DESC, run_at, id
+"""
+    )
+
+
 #: Claim up to ``limit`` jobs for this worker in one statement.
 #:
 #: Claimable: queued and due, or running with an expired lease (its worker
@@ -143,7 +231,7 @@ _SETTLED = (
 #: once per statement, so a pause applies to the very next claim); those
 #: are ``CLAIM_LIMITED``'s. With no queue row and no key, this is the claim
 #: it always was, plus one look at an empty table.
-CLAIM = (
+CLAIM = _plain_claim(
     """
 WITH RECURSIVE levels(priority) AS (
     -- The priorities of queued and running jobs, highest first: one index probe each.
@@ -154,83 +242,38 @@ WITH RECURSIVE levels(priority) AS (
             WHERE j.finished_at IS NULL AND j.priority < l.priority
             ORDER BY j.priority DESC LIMIT 1)
     FROM levels AS l WHERE l.priority IS NOT NULL
-),
-picked AS (
-    -- No ORDER BY: the levels come highest first and each walk in (run_at, id)
-    -- order, so the rows arrive in claim order and the LIMIT stops the walks
-    -- (and their locks) at the last row kept.
-    SELECT c.* FROM levels AS l CROSS JOIN LATERAL (
-        SELECT id, priority, run_at, status = 'running' AS taken_over,
-               """
-    + _ended("")
-    + """ AS ended,
-               args::text AS args_text, kwargs::text AS kwargs_text
-        FROM leasejobs_job
-        WHERE priority = l.priority
-          AND finished_at IS NULL
-          AND run_at <= statement_timestamp()
-          AND (status = 'queued' OR lease_until < statement_timestamp())
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
-          AND concurrency_key IS NULL
-          AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
-                                  WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
-        ORDER BY run_at, id
-        LIMIT %(limit)s
-        FOR NO KEY UPDATE SKIP LOCKED
-    ) AS c
-    WHERE l.priority IS NOT NULL
-    LIMIT %(limit)s
-),
-sized AS (
-    -- The bytes each job's arguments take in the worker, a row too large to
-    -- hold counted as nothing (its arguments are not sent), and the bytes of
-    -- the rows before it in claim order: the claim keeps rows only while
-    -- they fit in ``max_bytes`` (the first always).
-    SELECT p.*, b.bytes,
-           sum(CASE WHEN b.bytes > %(max_row_bytes)s THEN 0 ELSE b.bytes END)
-               OVER (ORDER BY p.priority DESC, p.run_at, p.id) AS upto
-    FROM picked AS p
-    CROSS JOIN LATERAL (SELECT octet_length(p.args_text) + octet_length(p.kwargs_text) AS bytes) AS b
-),
-kept AS (
-    SELECT * FROM sized
-    WHERE upto - CASE WHEN bytes > %(max_row_bytes)s THEN 0 ELSE bytes END < %(max_bytes)s
-),
-counted AS (
-    -- The first rows in claim order: a top-N sort, not a ranking of them all.
-    SELECT ARRAY(SELECT id FROM kept ORDER BY priority DESC, run_at, id LIMIT %(counted)s) AS ids
-),
-ranked AS (
-    SELECT p.*, p.id = ANY (c.ids) AS counted FROM kept AS p, counted AS c
-),
-durable AS (
-    SELECT set_config('synchronous_commit', 'on', true) AS setting
-),
-claimed AS (
-    UPDATE leasejobs_job AS j SET
-"""
-    + _CLAIM_SET
-    + """    FROM ranked AS p
-    WHERE j.id = p.id AND (SELECT setting FROM durable) IS NOT NULL  -- once, not per row
-    RETURNING j.id, j.task_name, j.attempt, j.runs, j.max_attempts,
-              j.queue, CASE WHEN p.ended IS NOT NULL THEN j.status END AS ended, j.last_error,
-              p.counted, p.taken_over, j.priority, j.run_at,
-              j.trace_context::text AS trace_context, j.snoozes, j.retry_policy::text AS retry_policy,
-              CASE WHEN p.bytes <= %(max_row_bytes)s THEN p.args_text END AS args,
-              CASE WHEN p.bytes <= %(max_row_bytes)s THEN p.kwargs_text END AS kwargs, p.bytes,
-              j.workflow_id
-),
-"""
-    + _SETTLED
-    + """
-SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
-       counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited,
-       trace_context, snoozes, retry_policy, 0 AS slots, bytes
-FROM claimed
-WHERE (SELECT count(*) FROM settled) >= 0
-ORDER BY priority DESC, run_at, id
-"""
+),""",
+    "",
+)
+
+#: ``CLAIM``, walking on from where this worker's claims stopped: each
+#: priority it has claimed from (``after_priorities``) is walked from just
+#: after the last job of that priority it kept (``after_run_ats``,
+#: ``after_ids``), not from the front of the claim index.
+#:
+#: Why: while something pins the xmin horizon (a transaction left idle, a
+#: long ``REPEATABLE READ`` report, a replica's feedback) no VACUUM can remove
+#: the index entries of the jobs finished meanwhile, and they sit exactly at
+#: the front, in ``run_at`` order before every job still queued. A claim from
+#: the front visits the heap for each: 35 buffers a look on a clean table,
+#: 388,631 after two minutes of a pinned horizon at 5,000 jobs a second
+#: (docs/performance.md, "Steady under pressure"). From the last key it
+#: passes only the jobs other workers claimed since this one's last claim.
+#:
+#: What it cannot see: a job due before the key (an expired lease, a job
+#: given back by another worker, one enqueued with an earlier ``run_at`` or
+#: committed long after its statement), and priorities this worker has not
+#: claimed from. The worker walks from the front (``CLAIM``) often enough
+#: for those (``leasejobs.worker.claim_start``).
+CLAIM_AFTER = _plain_claim(
+    """
+WITH levels(priority, after_run_at, after_id) AS (
+    SELECT * FROM unnest(%(after_priorities)s::smallint[], %(after_run_ats)s::timestamptz[],
+                         %(after_ids)s::bigint[])
+    ORDER BY 1 DESC
+),""",
+    """
+          AND (run_at, id) > (l.after_run_at, l.after_id)""",
 )
 
 #: Claim up to ``limit`` jobs that a limit governs: jobs of queues with a
@@ -437,7 +480,7 @@ SELECT c.id, c.task_name,
        extract(epoch FROM statement_timestamp() - c.run_at)::float8 AS waited,
        c.trace_context, c.snoozes, c.retry_policy,
        (SELECT count(*) FROM taken AS t WHERE t.job_id = c.id AND t.kind <> 'rate')::int AS slots,
-       b.bytes
+       b.bytes, c.priority, c.run_at
 FROM claimed AS c
 CROSS JOIN LATERAL (SELECT octet_length(c.args) + octet_length(c.kwargs) AS bytes) AS b
 WHERE (SELECT count(*) FROM settled) >= 0

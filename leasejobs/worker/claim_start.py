@@ -1,0 +1,72 @@
+"""Where the worker's next claim starts: on from its last keys, or at the front.
+
+A claim from the front of the claim index (``sql.CLAIM``) visits every entry
+VACUUM has not removed yet. On a healthy database that is a handful; while
+something pins the xmin horizon (a transaction left idle, a long report in
+``REPEATABLE READ``) it is every job finished since, and each claim slows
+with the pressure's age (388,631 buffers a look after two minutes at 5,000
+jobs a second: docs/performance.md, "Steady under pressure"). So the worker
+claims on from the last job it kept of each priority (``sql.CLAIM_AFTER``),
+and walks from the front only when it has no key yet, when ``--burst`` asks
+whether anything is left, and once the last front walk is ``FRONT_GAP``
+times its own duration old: front walks take about 1/``FRONT_GAP`` of the
+claimer's time, however much they cost.
+
+A front walk finds what a walk from the keys cannot: a job due before a key
+(an expired lease, a job another worker gave back, one enqueued with an
+earlier ``run_at`` or committed long after its statement) and a priority the
+worker has not claimed from. Such a job waits for it: 20 times a front
+walk's duration, a few milliseconds on a healthy database.
+"""
+
+import time
+from collections.abc import Callable, Collection, Iterable
+
+from leasejobs.db.store import ClaimedRow, ClaimKey
+
+#: A front walk is due again this many times its own duration after it began.
+FRONT_GAP = 20
+
+
+class ClaimStart:
+    """The keys a claim starts after, per priority, and when a front walk is due."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._keys: dict[int, ClaimKey] = {}
+        self._front_due = 0.0
+
+    def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
+        """The keys the next claim starts after; None: from the front (``front`` asks for it)."""
+        if front or not self._keys or self._clock() >= self._front_due:
+            return None
+        return dict(self._keys)
+
+    def claimed(
+        self,
+        after: dict[int, ClaimKey] | None,
+        began: float,
+        seconds: float,
+        rows: Iterable[ClaimedRow],
+        given_back: Collection[int],
+    ) -> None:
+        """A claim that started after ``after`` (None: the front) at ``began`` (this
+        object's clock) and took ``seconds`` returned ``rows``, in claim order; the jobs
+        of ``given_back`` (ids) went back to the queue unrun.
+
+        Each priority's key becomes its last row, or, if one of its rows went back,
+        the place just before the first of those, so the next claim finds it again.
+        """
+        if after is None:
+            self._front_due = began + FRONT_GAP * seconds
+        keys: dict[int, ClaimKey] = {}
+        stopped: set[int] = set()
+        for row in rows:
+            if row.priority in stopped or row.run_at is None:
+                continue
+            if row.id in given_back:
+                keys[row.priority] = ClaimKey(row.run_at, row.id - 1)
+                stopped.add(row.priority)
+            else:
+                keys[row.priority] = ClaimKey(row.run_at, row.id)
+        self._keys.update(keys)
