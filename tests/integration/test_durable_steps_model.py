@@ -7,6 +7,7 @@ function's ORM write committed once; no stale attempt ever stores a step or
 calls its function; a failed function leaves nothing.
 """
 
+import itertools
 import os
 
 import psycopg
@@ -32,6 +33,7 @@ from tests.testapp.step_tasks import three_steps
 EXAMPLES = int(os.environ.get("LEASEJOBS_SIMULATION_EXAMPLES", "25"))
 NAMES = ("s0", "s1", "s2", "s3")
 MAX_ATTEMPTS = 5
+EXAMPLE_NUMBERS = itertools.count()
 
 
 class Failed(Exception):
@@ -42,8 +44,12 @@ class StepsModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.store = WorkerStore("m1", heartbeat_timeout=5)
-        self.job = three_steps.enqueue()
-        (row,) = self.store.claim(limit=1, counted=1, queues=["default"], lease_seconds=60, task_leases={})
+        # A queue of its own: an earlier example's job, its lease run out on a slow
+        # machine, would otherwise be the one this claim takes over.
+        queue = f"model-{next(EXAMPLE_NUMBERS)}"
+        self.job = three_steps.using(queue=queue).enqueue()
+        (row,) = self.store.claim(limit=1, counted=1, queues=[queue], lease_seconds=60, task_leases={})
+        assert row.id == self.job.id
         self.attempts = [JobContext(job_id=row.id, attempt=row.attempt, worker_id="m1")]
         self.stored: dict[str, int] = {}  # step name: the attempt that stored it
         self.calls: list[tuple[str, int, bool]] = []  # (name, attempt, succeeded)
