@@ -1,9 +1,11 @@
 """The offered-load bench's pure part: latency over windows of arrival, and the search for the
 sustainable rate."""
 
+from typing import Any
+
 import pytest
 
-from bench.offered import latencies, next_rate, passes, summary, sustainable, windows
+from bench.offered import latencies, next_rate, passes, render, summary, sustainable, windows
 
 
 def test_summary_percentiles_and_none_without_jobs():
@@ -87,3 +89,46 @@ def test_a_noisy_failure_below_a_pass_does_not_bound_the_gap():
     trials = [(1000.0, False), (800.0, True), (894.4, False), (600.0, False)]
     assert next_rate(trials, 1000.0) == pytest.approx((800.0 * 894.4) ** 0.5)
     assert sustainable(trials) == 800.0
+
+
+def run_figures(rate: float, p99: float, in_per_s: float) -> dict[str, Any]:
+    return {
+        "rate": rate,
+        "in_per_s": in_per_s,
+        "done_per_s": in_per_s,
+        "p50_ms": 5.0,
+        "p95_ms": 20.0,
+        "p99_ms": p99,
+        "max_ms": 2 * p99,
+        "claim": {"p99_ms": p99 / 2},
+        "left_queued": 12,
+        "drain_s": 0.4,
+        "dead_max": 3456,
+    }
+
+
+def test_the_table_shows_the_search_and_each_level():
+    result = {
+        "workers": 2,
+        "concurrency": 4,
+        "job_seconds": 0.001,
+        "payload_bytes": 256,
+        "limit_ms": 100.0,
+        "warmup_s": 5.0,
+        "rate_given": False,
+        "drain_rate": 2000.0,
+        "probes": [
+            {**run_figures(2000.0, 900.0, 2000.0), "ok": False},
+            {**run_figures(1600.0, 40.0, 1200.0), "ok": False},
+            {**run_figures(1280.0, 40.0, 1280.0), "ok": True},
+        ],
+        "sustainable_rate": 1280.0,
+        "levels": [{"percent": 50, **run_figures(640.0, 30.0, 640.0)}],
+    }
+    text = render(result)
+    assert "drain rate (Bench.process, these jobs): 2,000 jobs/s" in text
+    assert "no, offered short" in text and text.count("  yes") == 1
+    assert "sustainable rate: 1,280 jobs/s" in text
+    assert any(line.startswith("50 %") and "640" in line and "30.0" in line for line in text.splitlines())
+    result.update(probes=[result["probes"][0]], sustainable_rate=None, levels=[])
+    assert "no probe passed: no levels run" in render(result)

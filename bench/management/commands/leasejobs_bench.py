@@ -369,7 +369,7 @@ class Command(BaseCommand):
         finally:
             b.close()
         self.stdout.write(to_json(result) if options["json"] else offered.render(result))
-        if options["plot"]:
+        if options["plot"] and result["levels"]:
             plot_offered(result, options["plot"])
             self.stderr.write(f"plot written to {options['plot']}")
 
