@@ -3,10 +3,10 @@
 Issue 32's independent-benchmark shape: jobs that each take 1 ms (``time.sleep``:
 the bench task ``pause``) and carry a 256-byte payload in their arguments,
 offered at a fixed rate by a bulk producer (``Bench._arriving``: one thread,
-a bulk insert every 10 ms), to real ``runworker`` processes (``Bench.workers``,
-at runworker's defaults unless told otherwise), at 50 %, 100 % and 150 % of
-the sustainable rate: the highest rate at which the pickup latency's p99
-stays under ``LIMIT_MS``.
+a bulk insert every 10 ms, catching up after one that ran late), to real
+``runworker`` processes (``Bench.workers``, at runworker's defaults unless
+told otherwise), at 50 %, 100 % and 150 % of the sustainable rate: the
+highest rate at which the pickup latency's p99 stays under ``LIMIT_MS``.
 
 The sustainable rate is searched for first (``search``): from the drain rate
 ``Bench.process`` measures with these jobs, a probe of a few seconds at each
