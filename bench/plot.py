@@ -190,3 +190,55 @@ def plot_pressure(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_offered(result: dict[str, Any], path: str) -> None:
+    """An ``--offered-load`` run: per level, the pickup latency p50, p95, p99 per window of arrival
+    (the sustainable rate's bound dashed; dotted, the p99 to the claim alone) and the jobs enqueued and
+    finished per second."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = result["levels"]
+    fig, axes = plt.subplots(
+        len(levels), 2, figsize=(10, 2.6 * len(levels) + 0.8), dpi=110, squeeze=False, sharex=True
+    )
+    highest = max((w["p99_ms"] or 0 for level in levels for w in level["windows"]), default=1.0)
+    for (latency, throughput), level in zip(axes, levels, strict=True):
+        t = [w["t"] for w in level["windows"]]
+        for key, label in (("p99_ms", "p99"), ("p95_ms", "p95"), ("p50_ms", "p50")):
+            latency.plot(t, [w[key] for w in level["windows"]], linewidth=0.9, label=label)
+        claims = [w["claim"]["p99_ms"] for w in level["windows"]]
+        latency.plot(t, claims, linewidth=0.7, linestyle=":", color="grey", label="p99 to the claim")
+        latency.axhline(result["limit_ms"], color="k", linestyle="--", linewidth=0.7)
+        latency.set_yscale("log")
+        latency.set_ylim(top=max(highest, result["limit_ms"]) * 1.5)
+        latency.set_ylabel(f"{level['percent']} %: {level['rate']:,.0f}/s\npickup latency, ms")
+        throughput.plot(
+            t, [w["in_per_s"] for w in level["windows"]], linewidth=0.6, color="grey", label="enqueued"
+        )
+        throughput.plot(t, [w["done_per_s"] for w in level["windows"]], linewidth=0.9, label="finished")
+        throughput.axhline(level["rate"], color="k", linestyle=":", linewidth=0.8, label="offered")
+        throughput.set_ylim(bottom=0)
+        throughput.set_ylabel("jobs/s")
+        for ax in (latency, throughput):
+            ax.grid(True, linewidth=0.3)
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    axes[0][1].legend(fontsize=7, loc="lower left")
+    axes[-1][0].set_xlabel(f"seconds (window of arrival, {result['window_s']:g} s)")
+    axes[-1][1].set_xlabel("seconds")
+    m = result["machine"]
+    how = "given" if result["rate_given"] else f"p99 < {result['limit_ms']:g} ms"
+    fig.suptitle(
+        f"{result['job_seconds'] * 1000:g} ms jobs, {result['payload_bytes']}-byte payload, offered by bulk "
+        f"inserts to {result['workers']} runworker processes; "
+        f"sustainable {result['sustainable_rate']:,.0f}/s "
+        f"({how})\n{m['cpus']} CPUs, PostgreSQL {m['postgresql'].split()[0]}, load average before "
+        f"{m['load_before'][0]:.1f}",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -50,6 +50,7 @@ import psycopg
 from bench.db import CLAIM_SESSION, connect
 from bench.run import Bench, _worker_args, median_of
 from bench.tasks import QUEUE
+from bench.workers import WorkerGroup
 
 KINDS = ("none", "long-transaction", "analytics", "scans")
 ANALYTICS_READERS = 4
@@ -278,18 +279,30 @@ def fresh_table(b: Bench) -> bool:
     return False
 
 
-def _now(b: Bench) -> float:
+def server_now(b: Bench) -> float:
     row = b.conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
     assert row is not None
     return float(row[0])
 
 
-def _hold(seconds: float, check: Callable[[], None]) -> None:
+def hold(seconds: float, check: Callable[[], None]) -> None:
     """Wait ``seconds``, calling ``check`` (which raises on trouble) every half second."""
     end = time.monotonic() + seconds
     while (left := end - time.monotonic()) > 0:
         check()
         time.sleep(min(0.5, left))
+
+
+def wait_drained(b: Bench, group: WorkerGroup, timeout: float = 120.0) -> None:
+    """Until no bench job is left unfinished (the load has stopped); raises after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while b._queued():
+        group.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{b._queued()} bench jobs still queued {timeout:.0f} s after the load stopped"
+            )
+        time.sleep(0.2)
 
 
 def run_phases(
@@ -307,24 +320,19 @@ def run_phases(
     detail: dict[str, Any] = {}
     with b.workers(workers, _worker_args(concurrency, prefetch)) as group:
         with sampling() as samples, b._arriving(rate) as arrivals:
-            _hold(WARMUP, group.check_alive)
-            marks = {"clean": _now(b)}
+            hold(WARMUP, group.check_alive)
+            marks = {"clean": server_now(b)}
             step(f"clean: {phases.clean:g} s at {rate:,.0f} jobs/s")
-            _hold(phases.clean, group.check_alive)
-            marks["pressure"] = _now(b)
+            hold(phases.clean, group.check_alive)
+            marks["pressure"] = server_now(b)
             step(f"pressure ({kind}): {phases.pressure:g} s")
             with PRESSURES[kind](phases.pressure) as detail:
-                _hold(phases.pressure, group.check_alive)
-            marks["after"] = _now(b)
+                hold(phases.pressure, group.check_alive)
+            marks["after"] = server_now(b)
             step(f"after: {phases.after:g} s")
-            _hold(phases.after, group.check_alive)
-            marks["end"] = _now(b)
-        deadline = time.monotonic() + 120
-        while b._queued():  # the jobs offered until the end, finished before the workers stop
-            group.check_alive()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{b._queued()} bench jobs still queued 120 s after the load stopped")
-            time.sleep(0.2)
+            hold(phases.after, group.check_alive)
+            marks["end"] = server_now(b)
+        wait_drained(b, group)  # the jobs offered until the end, finished before the workers stop
     step("reading the run's figures from the jobs' timestamps")
     result = _figures(b, marks, samples)
     result.update(
@@ -498,7 +506,7 @@ def run(b: Bench, options: dict[str, Any], step: Callable[[str], None]) -> dict[
 # -- the table
 
 
-def _ms(value: float | None) -> str:
+def show_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
@@ -511,18 +519,18 @@ COLUMNS: list[tuple[str, int, Callable[[dict[str, Any]], str]]] = [
     ("seconds", 8, lambda p: f"{p['end'] - p['start']:.0f}"),
     ("in/s", 7, lambda p: f"{p['enqueued_per_s']:,.0f}" if "enqueued_per_s" in p else "-"),
     ("jobs/s", 7, lambda p: f"{p['jobs_per_s']:,.0f}"),
-    ("p50 ms", 9, lambda p: _ms(p["p50_ms"])),
-    ("p99 ms", 9, lambda p: _ms(p["p99_ms"])),
-    ("max ms", 9, lambda p: _ms(p["max_ms"])),
+    ("p50 ms", 9, lambda p: show_ms(p["p50_ms"])),
+    ("p99 ms", 9, lambda p: show_ms(p["p99_ms"])),
+    ("max ms", 9, lambda p: show_ms(p["max_ms"])),
     ("left", 8, lambda p: f"{p['left_queued']:,}"),
-    ("dead", 9, lambda p: _count(p["dead_end"])),
-    ("xid age", 8, lambda p: _count(p["xmin_age_max"])),
+    ("dead", 9, lambda p: show_count(p["dead_end"])),
+    ("xid age", 8, lambda p: show_count(p["xmin_age_max"])),
     ("table MB", 9, lambda p: _mb(p["table_bytes_end"])),
-    ("probe buf", 10, lambda p: _count(p.get("probe_buffers_end"))),
+    ("probe buf", 10, lambda p: show_count(p.get("probe_buffers_end"))),
 ]
 
 
-def _count(value: int | None) -> str:
+def show_count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 

@@ -41,24 +41,29 @@ class Workload:
     ``noop``: nothing, the queue's own cost. ``io``: waits ``seconds`` as a
     job waiting on a slow service does (``time.sleep``, no GIL held). ``cpu``:
     spends ``seconds`` of CPU in pure Python. ``steps``: ten durable steps that
-    do nothing (``--steps-jobs``).
+    do nothing (``--steps-jobs``). ``pause``: waits as ``io`` does, carries
+    ``payload`` (a string it does not read) in its arguments and returns when
+    its body started (``--offered-load``).
     """
 
     kind: str = "noop"
     seconds: float = 0.0
+    payload: str = ""
 
     @property
     def task(self) -> str:
-        return {"noop": "noop", "io": "sleep", "cpu": "spin", "steps": "steps"}[self.kind]
+        return {"noop": "noop", "io": "sleep", "cpu": "spin", "steps": "steps", "pause": "pause"}[self.kind]
 
     @property
-    def args(self) -> tuple[float, ...]:
-        return () if self.kind in ("noop", "steps") else (self.seconds,)
+    def args(self) -> tuple[float | str, ...]:
+        if self.kind in ("noop", "steps"):
+            return ()
+        return (self.seconds, self.payload) if self.kind == "pause" else (self.seconds,)
 
     def ideal(self, workers: int, concurrency: int) -> float | None:
         """Jobs/s with a queue that costs nothing: every runner always waiting (io),
         every process one busy core (cpu); None for no-ops."""
-        if self.kind == "io":
+        if self.kind in ("io", "pause"):
             return workers * concurrency / self.seconds
         if self.kind == "cpu":
             return workers / self.seconds
@@ -348,7 +353,7 @@ class Bench:
     def _commit_jobs(self, jobs: int, workload: Workload) -> None:
         """Enqueue ``jobs`` jobs of the workload in one transaction: all visible at once."""
         task = self.tasks[workload.task]
-        call: tuple[tuple[float, ...], dict[str, Any]] = (workload.args, {})
+        call: tuple[tuple[float | str, ...], dict[str, Any]] = (workload.args, {})
         with transaction.atomic(using=db_alias()):
             left = jobs
             while left:
@@ -580,11 +585,22 @@ class Bench:
         return int(row[0]) if row else 0
 
     @contextlib.contextmanager
-    def _arriving(self, rate: float) -> Iterator["Arrivals"]:
-        """No-op jobs enqueued at ``rate`` per second from a thread, in bulk inserts every 10 ms."""
+    def _arriving(
+        self, rate: float, workload: Workload = NO_OPS, *, catch_up: bool = False
+    ) -> Iterator["Arrivals"]:
+        """Jobs (no-ops unless ``workload``) enqueued at ``rate`` per second from a thread, in bulk
+        inserts every 10 ms.
+
+        An insert that takes longer than 10 ms delays the ones after it: on a
+        busy machine the rate reached falls below ``rate`` (``Arrivals.rate``
+        tells). With ``catch_up`` the next insert also takes the jobs due in
+        the time lost, so the rate holds as long as one insert keeps up (a
+        fixed offered load: ``--offered-load``).
+        """
         arrivals = Arrivals()
         stop = threading.Event()
-        noop = self.tasks["noop"]
+        task = self.tasks[workload.task]
+        call: tuple[tuple[float | str, ...], dict[str, Any]] = (workload.args, {})
 
         def enqueue() -> None:
             owed, next_at = 0.0, time.monotonic()
@@ -592,8 +608,11 @@ class Bench:
                 while not stop.is_set():
                     next_at += 0.01
                     owed += rate * 0.01
+                    if catch_up and (behind := time.monotonic() - next_at) > 0:
+                        owed += rate * behind
+                        next_at += behind
                     if (n := int(owed)) > 0:
-                        noop.bulk_enqueue_ids([((), {})] * n)
+                        task.bulk_enqueue_ids([call] * n)
                         arrivals.count += n
                         owed -= n
                     time.sleep(max(0.0, next_at - time.monotonic()))

@@ -20,6 +20,7 @@ NOOP = "leasejobs.bench.noop"
 STAMP = "leasejobs.bench.stamp"
 SLEEP = "leasejobs.bench.sleep"
 SPIN = "leasejobs.bench.spin"
+PAUSE = "leasejobs.bench.pause"
 STEPS = "leasejobs.bench.steps"
 CHAIN = "leasejobs.bench.chain"
 #: Steps of each ``STEPS`` job: the figure compares one such job with this many no-op jobs.
@@ -38,6 +39,19 @@ def _stamp(enqueued_at: float) -> float:
 def _sleep(seconds: float) -> None:
     """Waits as a job that waits on I/O does: the thread holds no GIL meanwhile."""
     time.sleep(seconds)
+
+
+def _pause(seconds: float, payload: str) -> float:
+    """Waits ``seconds`` as ``_sleep`` does; returns when the body started (epoch seconds).
+
+    ``payload`` is carried in the job's arguments and not read: what a job's
+    data costs the queue. The start, kept as the job's result, tells how long
+    the job waited for a body, claim and any wait inside the worker included
+    (``--offered-load``).
+    """
+    started = time.time()
+    time.sleep(seconds)
+    return started
 
 
 def _spin(seconds: float) -> None:
@@ -77,6 +91,7 @@ def register_tasks() -> dict[str, Any]:
         "noop": task(name=NOOP, queue=QUEUE, max_attempts=1)(_noop),
         "stamp": task(name=STAMP, queue=QUEUE, max_attempts=1)(_stamp),
         "sleep": task(name=SLEEP, queue=QUEUE, max_attempts=1)(_sleep),
+        "pause": task(name=PAUSE, queue=QUEUE, max_attempts=1)(_pause),
         "spin": task(name=SPIN, queue=QUEUE, max_attempts=1)(_spin),
         "steps": task(name=STEPS, queue=QUEUE, max_attempts=1, takes_context=True)(_steps),
         "chain": task(name=CHAIN, queue=QUEUE, max_attempts=1)(_chain),

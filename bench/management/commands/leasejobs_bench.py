@@ -9,9 +9,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench import pressure
+from bench import offered, pressure
 from bench.db import machine
-from bench.plot import plot, plot_backlog, plot_pressure
+from bench.plot import plot, plot_backlog, plot_offered, plot_pressure
 from bench.report import render
 from bench.run import VERBOSITY, Bench, run_all, to_json
 from leasejobs.management.arguments import non_negative_int, positive_float, positive_int, positive_ints
@@ -236,7 +236,7 @@ class Command(BaseCommand):
             type=positive_float,
             metavar="JOBS/S",
             help="The load of --pressure (default: half the no-op drain rate measured first, the median "
-            "of --repeat runs of --jobs).",
+            "of --repeat runs of --jobs); with --offered-load, the sustainable rate (no search).",
         )
         parser.add_argument(
             "--phases",
@@ -245,12 +245,35 @@ class Command(BaseCommand):
             metavar="CLEAN,PRESSURE,AFTER",
             help="Seconds of each --pressure phase (60,180,60).",
         )
+        parser.add_argument(
+            "--offered-load",
+            type=positive_ints,
+            metavar="PERCENT[,PERCENT...]",
+            help="Only measure pickup latency (p50, p95, p99, per level and over time) at a fixed offered "
+            "load of 1 ms jobs with a 256-byte payload, inserted in bulk, at these percentages of the "
+            "sustainable rate (the highest at which p99 stays under 100 ms), e.g. 50,100,150: first the "
+            "drain rate of these jobs (the median of --repeat runs of --jobs), then a search for the "
+            "sustainable rate from it (unless --rate gives it), then each level, with the most workers of "
+            "--workers. --plot draws the latency over time per level.",
+        )
+        parser.add_argument(
+            "--probe-seconds",
+            type=positive_float,
+            default=10.0,
+            help="Measured seconds of each --offered-load search probe, after 5 s of load (10).",
+        )
+        parser.add_argument(
+            "--level-seconds",
+            type=positive_float,
+            default=30.0,
+            help="Measured seconds of each --offered-load level, after 5 s of load (30).",
+        )
         parser.add_argument("--json", action="store_true", help="Print the results as JSON.")
         parser.add_argument(
             "--plot",
             metavar="FILE.png",
             help="Draw processing jobs/s against concurrency, one line per worker count; with --pressure, "
-            "the run over time (needs matplotlib).",
+            "the run over time; with --offered-load, the latency over time per level (needs matplotlib).",
         )
         parser.add_argument(
             "--plot-backlog",
@@ -278,6 +301,9 @@ class Command(BaseCommand):
             return
         if options["pressure"]:
             self._pressure(b, options)
+            return
+        if options["offered_load"]:
+            self._offered(b, options)
             return
         try:
             results = run_all(b, options, lambda text: self._step(options, text), self.stderr.write)
@@ -329,6 +355,22 @@ class Command(BaseCommand):
         self.stdout.write(to_json(result) if options["json"] else pressure.render(result))
         if options["plot"]:
             plot_pressure(result, options["plot"])
+            self.stderr.write(f"plot written to {options['plot']}")
+
+    def _offered(self, b: Bench, options: dict[str, Any]) -> None:
+        """``--offered-load P[,P...]``: the sustainable rate and each level, and nothing else."""
+        try:
+            result = {
+                "machine": machine(),
+                **offered.run(b, options, lambda text: self._step(options, text)),
+            }
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            b.close()
+        self.stdout.write(to_json(result) if options["json"] else offered.render(result))
+        if options["plot"] and result["levels"]:
+            plot_offered(result, options["plot"])
             self.stderr.write(f"plot written to {options['plot']}")
 
     def _step(self, options: dict[str, Any], text: str) -> None:
