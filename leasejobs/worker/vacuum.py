@@ -20,7 +20,10 @@ a VACUUM of its own that removed less than half of what it found (an old
 snapshot still sees the rest) or that failed (a cancel, a lost connection),
 it waits 15 s, then 30 s, then a minute, before the next: longer than the
 10 s a backend that went idle may take to report the rows it made dead,
-which would otherwise look like new ones. A stopping worker cancels its
+which would otherwise look like new ones. When what held the rows is a
+transaction holding an xid (the oldest one running, for a second at least,
+at the VACUUM), it waits exactly as long as that transaction runs, and
+VACUUMs at the next look after it ends (``Vacuumer._pinned``). A stopping worker cancels its
 VACUUM: a deploy's ``migrate`` must not wait for it.
 
 On a direct connection the VACUUM runs with ``vacuum_cost_delay`` and
@@ -69,6 +72,8 @@ class Look(NamedTuple):
     counting: bool
     vacuums: int
     vacuuming: bool
+    #: The oldest transaction id still running (None: none runs).
+    oldest_xid: int | None = None
 
 
 class Notice(NamedTuple):
@@ -118,6 +123,12 @@ class Vacuumer:
         self._skipped_until = 0.0
         #: The look failed last time (said once per run of failures).
         self._look_failing = False
+        #: The oldest running xid of the last look, and of the last look but one
+        #: that saw the same: a transaction that has held its xid a second at least.
+        self._oldest_xid: int | None = None
+        self._held_xid: int | None = None
+        #: The held xid that kept the last VACUUM in vain (see ``_pinned``).
+        self._pinned_by: int | None = None
 
     def run(self) -> None:
         """Look every ``CHECK_SECONDS`` until stopped, or until it turns out this worker may not vacuum."""
@@ -156,6 +167,8 @@ class Vacuumer:
             self._skipped, self._skipped_until = 0, 0.0
         self._vacuums = look.vacuums
         self._floor = min(self._floor, look.dead)
+        if self._pinned(look):
+            return True
         if look.vacuuming or time.monotonic() < max(self._not_before, self._skipped_until):
             return True
         if not rules.vacuum_due(
@@ -167,6 +180,27 @@ class Vacuumer:
         ):
             return True
         return self._vacuum(look)
+
+    def _pinned(self, look: Look) -> bool:
+        """Whether the transaction that kept the last VACUUM in vain still runs.
+
+        A transaction that holds an xid (idle in a transaction, a long batch)
+        keeps every row version that died after it began: while it runs, a
+        VACUUM removes nothing new, whatever the back-off says. Once it ends,
+        all it kept may go, the floor with it: the next VACUUM is due at once,
+        not after the back-off's 15 s to a minute. A snapshot without an xid
+        (a ``REPEATABLE READ`` report) shows in no statistic this role may
+        read, so for that the back-off stays the rule.
+        """
+        self._held_xid = look.oldest_xid if look.oldest_xid == self._oldest_xid else None
+        self._oldest_xid = look.oldest_xid
+        if self._pinned_by is None:
+            return False
+        if look.oldest_xid == self._pinned_by:
+            return True
+        self._pinned_by = None
+        self._floor, self._not_before = 0, 0.0
+        return False
 
     def _vacuum(self, look: Look) -> bool:
         self._busy.set()
@@ -218,6 +252,7 @@ class Vacuumer:
         self.events.vacuumed(seconds, look.dead, left)
         if rules.vacuum_in_vain(before=look.dead, after=left):
             self._back_off()
+            self._pinned_by = self._held_xid
         else:
             self._in_vain = 0
             self._not_before = 0.0
@@ -270,5 +305,7 @@ class Vacuumer:
         self._look_failing = False
         if not rows:
             return None
-        dead, live, counting, vacuums, vacuuming = rows[0]
-        return Look(int(dead or 0), int(live or 0), bool(counting), int(vacuums or 0), bool(vacuuming))
+        dead, live, counting, vacuums, vacuuming, oldest_xid = rows[0]
+        return Look(
+            int(dead or 0), int(live or 0), bool(counting), int(vacuums or 0), bool(vacuuming), oldest_xid
+        )

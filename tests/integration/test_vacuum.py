@@ -180,6 +180,35 @@ def test_a_vacuum_in_vain_under_load_is_followed_by_none_for_15_s(start_worker, 
     assert worker.count(VACUUMED) == 1, worker.log()
 
 
+@pytest.fixture
+def held_xid(transactional_db: None) -> Iterator[psycopg.Connection]:
+    """A transaction that holds an xid and sits idle: it keeps every row version that dies after it."""
+    with psycopg.connect(database_url()) as holder:
+        holder.execute("SELECT txid_current()")
+        yield holder
+
+
+def test_rows_a_held_xid_kept_are_vacuumed_as_soon_as_it_ends(start_worker, vacuum_env, held_xid):
+    """A transaction idle with its xid keeps a VACUUM in vain; the worker then waits exactly
+    as long as that transaction runs (the oldest running xid, which any role may read), and
+    VACUUMs at its next look after it ends, not after the 15 s back-off."""
+    worker = start_worker(env=vacuum_env)
+    worker.wait_for_log(r"worker started", timeout=60)
+    time.sleep(2.5)  # two looks: the held xid is the oldest running one for a second at least
+    before = _vacuums()
+    _enqueue(500)
+    _drained(500)
+    wait_until(lambda: _vacuums() > before, 40, what="the first VACUUM (in vain)")
+    time.sleep(2)
+    assert _vacuums() == before + 1, worker.log()
+    assert _stat("dead_tuples") >= 400  # the held xid kept them
+    held_xid.rollback()
+    ended = time.monotonic()
+    wait_until(lambda: _vacuums() > before + 1, 20, what="a VACUUM after the xid's transaction ended")
+    assert time.monotonic() - ended < 8, "waited for the back-off, not for the transaction"
+    wait_until(lambda: _stat("dead_tuples") <= int(THRESHOLD), 10, what="dead rows removed")
+
+
 def test_two_workers_vacuum_in_vain_once_between_them(start_worker, old_snapshot):
     """The second worker's look sees the first one's VACUUM end, and counts from what it left."""
     a, b = (

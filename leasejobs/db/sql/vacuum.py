@@ -8,8 +8,11 @@ autovacuum check of runworker's start."""
 #: and automatic, it has had (one that ended since the last look left its
 #: remainder in the dead count); and whether a VACUUM of it is running now in
 #: this database (another worker's of the same role: others' are visible only
-#: to roles that may read all statistics, and SKIP_LOCKED covers them). No
-#: row when the table does not exist.
+#: to roles that may read all statistics, and SKIP_LOCKED covers them); and
+#: the oldest transaction id still running, if any (the xmin of a snapshot
+#: taken now, NULL when it equals the xmax: no xid runs; any role may read
+#: it, unlike other sessions' ``backend_xmin``). No row when the table does
+#: not exist.
 VACUUM_LOOK = """
 SELECT pg_stat_get_dead_tuples(t.oid),
        pg_stat_get_live_tuples(t.oid),
@@ -17,8 +20,9 @@ SELECT pg_stat_get_dead_tuples(t.oid),
        pg_stat_get_vacuum_count(t.oid) + pg_stat_get_autovacuum_count(t.oid),
        EXISTS (SELECT FROM pg_stat_progress_vacuum AS p
                WHERE p.relid = t.oid
-                 AND p.datid = (SELECT oid FROM pg_database WHERE datname = current_database()))
-FROM (SELECT to_regclass('leasejobs_job') AS oid) AS t
+                 AND p.datid = (SELECT oid FROM pg_database WHERE datname = current_database())),
+       NULLIF(pg_snapshot_xmin(s.now), pg_snapshot_xmax(s.now))::text::bigint
+FROM (SELECT pg_current_snapshot() AS now) AS s, (SELECT to_regclass('leasejobs_job') AS oid) AS t
 WHERE t.oid IS NOT NULL
 """
 
