@@ -98,16 +98,19 @@ class ClaimedRow(NamedTuple):
     slots: int = 0
     #: The size of the arguments' JSON text.
     bytes: int = 0
-    #: The job's priority and ``run_at``: with ``id``, its place in claim
-    #: order, where the worker's next claim of that priority may start (``CLAIM_AFTER``).
+    #: The job's priority and ``run_at`` (as PostgreSQL prints it, never read
+    #: here): with ``id``, its place in claim order, where the worker's next
+    #: claim of that priority may start (``CLAIM_AFTER``).
     priority: int = 0
-    run_at: datetime | None = None
+    run_at: str | None = None
 
 
 class ClaimKey(NamedTuple):
-    """A job's place in claim order within its priority: a claim may start after it."""
+    """A job's place in claim order within its priority: a claim may start after it.
 
-    run_at: datetime
+    ``run_at`` as the claim returned it (text, or a datetime from a test)."""
+
+    run_at: str | datetime
     id: int
 
 

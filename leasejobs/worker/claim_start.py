@@ -9,14 +9,18 @@ jobs a second: docs/performance.md, "Steady under pressure"). So the worker
 claims on from the last job it kept of each priority (``sql.CLAIM_AFTER``),
 and walks from the front only when it has no key yet, when ``--burst`` asks
 whether anything is left, and once the last front walk is ``FRONT_GAP``
-times its own duration old: front walks take about 1/``FRONT_GAP`` of the
-claimer's time, however much they cost.
+times its own duration old (at most ``FRONT_GAP_MAX_SECONDS``): front walks
+take about 1/``FRONT_GAP`` of the claimer's time unless one takes longer
+than half a second.
 
 A front walk finds what a walk from the keys cannot: a job due before a key
 (an expired lease, a job another worker gave back, one enqueued with an
 earlier ``run_at`` or committed long after its statement) and a priority the
 worker has not claimed from. Such a job waits for it: 20 times a front
-walk's duration, a few milliseconds on a healthy database.
+walk's duration, a few milliseconds on a healthy database, 10 s at most.
+
+Each priority the worker has claimed from keeps its key, and costs each
+claim from the keys one index probe (a few buffers) while it has no jobs.
 """
 
 import time
@@ -24,8 +28,11 @@ from collections.abc import Callable, Collection, Iterable
 
 from leasejobs.db.store import ClaimedRow, ClaimKey
 
-#: A front walk is due again this many times its own duration after it began.
+#: A front walk is due again this many times its own duration after it began,
 FRONT_GAP = 20
+#: and never later than this: its duration is the claim's wall time, which a
+#: reconnect's back-off, a lock wait or a pause of the worker can stretch.
+FRONT_GAP_MAX_SECONDS = 10.0
 
 
 class ClaimStart:
@@ -58,7 +65,7 @@ class ClaimStart:
         the place just before the first of those, so the next claim finds it again.
         """
         if after is None:
-            self._front_due = began + FRONT_GAP * seconds
+            self._front_due = began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS)
         keys: dict[int, ClaimKey] = {}
         stopped: set[int] = set()
         for row in rows:

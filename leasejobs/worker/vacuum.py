@@ -20,11 +20,11 @@ a VACUUM of its own that removed less than half of what it found (an old
 snapshot still sees the rest) or that failed (a cancel, a lost connection),
 it waits 15 s, then 30 s, then a minute, before the next: longer than the
 10 s a backend that went idle may take to report the rows it made dead,
-which would otherwise look like new ones. When what held the rows is a
-transaction holding an xid (the oldest one running, for a second at least,
-at the VACUUM), it waits exactly as long as that transaction runs, and
-VACUUMs a second or two after it ends (``Vacuumer._pinned``). A stopping
-worker cancels its VACUUM: a deploy's ``migrate`` must not wait for it.
+which would otherwise look like new ones. When a transaction holding an
+xid (the oldest one running, for a second at least, at the VACUUM) may be
+what kept the rows, the wait ends a second or two after that transaction
+does, if sooner (``Vacuumer._pin_released``). A stopping worker cancels its
+VACUUM: a deploy's ``migrate`` must not wait for it.
 
 On a direct connection the VACUUM runs with ``vacuum_cost_delay`` and
 ``statement_timeout`` at 0, whatever the role or ``DATABASES`` say; through
@@ -127,8 +127,10 @@ class Vacuumer:
         #: that saw the same: a transaction that has held its xid a second at least.
         self._oldest_xid: int | None = None
         self._held_xid: int | None = None
-        #: The held xid that kept the last VACUUM in vain (see ``_pinned``).
+        #: The held xid that kept the last VACUUM in vain, and whether the last
+        #: VACUUM came early because such an xid ended (see ``_pin_released``).
         self._pinned_by: int | None = None
+        self._brought_forward = False
 
     def run(self) -> None:
         """Look every ``CHECK_SECONDS`` until stopped, or until it turns out this worker may not vacuum."""
@@ -167,8 +169,7 @@ class Vacuumer:
             self._skipped, self._skipped_until = 0, 0.0
         self._vacuums = look.vacuums
         self._floor = min(self._floor, look.dead)
-        if self._pinned(look):
-            return True
+        self._pin_released(look)
         if look.vacuuming or time.monotonic() < max(self._not_before, self._skipped_until):
             return True
         if not rules.vacuum_due(
@@ -181,29 +182,29 @@ class Vacuumer:
             return True
         return self._vacuum(look)
 
-    def _pinned(self, look: Look) -> bool:
-        """Whether the transaction that kept the last VACUUM in vain still runs.
+    def _pin_released(self, look: Look) -> None:
+        """Cut the back-off short once the transaction that kept the last VACUUM in vain ends.
 
         A transaction that holds an xid (idle in a transaction, a long batch)
-        keeps every row version that died after it began: while it runs, a
-        VACUUM removes nothing new, whatever the back-off says. Once it ends,
-        all it kept may go, the floor with it: a VACUUM is due at the next look
-        but one, not after the back-off's 15 s to a minute. A snapshot without an xid
-        (a ``REPEATABLE READ`` report) shows in no statistic this role may
-        read, so for that the back-off stays the rule.
+        keeps every row version that died after it began; once it ends, all
+        it kept may go, the floor with it, and a VACUUM is due at the next
+        look but one, not after the back-off's 15 s to a minute (not at this
+        look: statements that took their snapshot before it ended may still
+        run, and a VACUUM's horizon would be theirs; seen: one in vain, 1.2
+        million rows kept, 5 ms after the end). The oldest running xid at
+        the VACUUM may not be what kept its rows (a snapshot without an xid,
+        which shows in no statistic this role may read, may have): so this
+        never lengthens the back-off, and a VACUUM it brought forward that is
+        in vain too brings none forward again until one is not.
         """
         self._held_xid = look.oldest_xid if look.oldest_xid == self._oldest_xid else None
         self._oldest_xid = look.oldest_xid
-        if self._pinned_by is None:
-            return False
-        if look.oldest_xid == self._pinned_by:
-            return True
-        # Not at this look: statements that took their snapshot before it ended may
-        # still run, and a VACUUM's horizon would be theirs (seen: one in vain, 1.2
-        # million rows kept, 5 ms after the end); at the next look, a second on.
+        if self._pinned_by is None or look.oldest_xid == self._pinned_by:
+            return
         self._pinned_by = None
-        self._floor, self._not_before = 0, time.monotonic() + CHECK_SECONDS / 2
-        return False
+        self._brought_forward = True
+        self._floor = 0
+        self._not_before = min(self._not_before, time.monotonic() + CHECK_SECONDS / 2)
 
     def _vacuum(self, look: Look) -> bool:
         self._busy.set()
@@ -255,8 +256,9 @@ class Vacuumer:
         self.events.vacuumed(seconds, look.dead, left)
         if rules.vacuum_in_vain(before=look.dead, after=left):
             self._back_off()
-            self._pinned_by = self._held_xid
+            self._pinned_by = None if self._brought_forward else self._held_xid
         else:
+            self._brought_forward = False
             self._in_vain = 0
             self._not_before = 0.0
 

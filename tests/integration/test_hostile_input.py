@@ -137,3 +137,19 @@ def test_every_runworker_option_with_a_bad_value_exits_non_zero_with_one_clear_m
         if code == 0 or message not in log or "Traceback" in log:
             wrong.append(f"{args}: exit {code}, log {log[-300:]!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_job_due_in_year_one_runs_and_the_worker_lives(start_worker):
+    """A ``run_at`` at Python's smallest datetime, read by a worker whose connections are in
+    another time zone (``PGTZ``: the server's or the role's zone does the same): PostgreSQL
+    prints it in 1 BC there, which Python cannot hold. The claim's keys travel as text, so
+    the job and its neighbours run."""
+    from datetime import UTC, datetime
+
+    ancient = record.using(run_at=datetime.min.replace(tzinfo=UTC)).enqueue("year one")
+    neighbours = [record.enqueue(n) for n in range(3)]
+    worker = start_worker("--burst", env={"PGTZ": "America/New_York"})
+    assert worker.wait(timeout=60) == 0, worker.log()
+    for job in (ancient, *neighbours):
+        job.refresh_from_db()
+        assert (job.status, job.attempt) == ("done", 1), worker.log()

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leasejobs.db.store import ClaimedRow, ClaimKey
-from leasejobs.worker.claim_start import FRONT_GAP, ClaimStart
+from leasejobs.worker.claim_start import FRONT_GAP, FRONT_GAP_MAX_SECONDS, ClaimStart
 
 T0 = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -45,6 +45,17 @@ def test_a_front_walk_is_due_again_after_its_own_duration_times_the_gap() -> Non
     # A claim from the keys does not move the front walk's time.
     start.claimed(start.after(), clock.now, 3.0, [row(2, second=1)], given_back=())
     clock.now = 100.0 + FRONT_GAP * 0.5
+    assert start.after() is None
+
+
+def test_a_front_walk_stretched_by_a_stall_delays_the_next_by_ten_seconds_at_most() -> None:
+    """A claim's wall time includes a reconnect's back-off or a pause of the worker."""
+    clock = Clock()
+    start = ClaimStart(clock)
+    start.claimed(None, 100.0, 30.0, [row(1)], given_back=())
+    clock.now = 100.0 + FRONT_GAP_MAX_SECONDS - 0.001
+    assert start.after() is not None
+    clock.now = 100.0 + FRONT_GAP_MAX_SECONDS
     assert start.after() is None
 
 

@@ -153,7 +153,7 @@ claimed AS (
         + """
 SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
        counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited,
-       trace_context, snoozes, retry_policy, 0 AS slots, bytes, priority, run_at
+       trace_context, snoozes, retry_policy, 0 AS slots, bytes, priority, run_at::text
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0
 ORDER BY priority DESC, run_at, id
@@ -265,10 +265,15 @@ WITH RECURSIVE levels(priority) AS (
 #: committed long after its statement), and priorities this worker has not
 #: claimed from. The worker walks from the front (``CLAIM``) often enough
 #: for those (``leasejobs.worker.claim_start``).
+#:
+#: The keys travel as text, in and out (``run_at::text``, which ``CLAIM``
+#: returns): the worker never reads them, and a ``run_at`` Python cannot
+#: hold (before year 1 in the session's time zone, written by SQL) must
+#: not fail a claim whose rows are already committed.
 CLAIM_AFTER = _plain_claim(
     """
 WITH levels(priority, after_run_at, after_id) AS (
-    SELECT * FROM unnest(%(after_priorities)s::smallint[], %(after_run_ats)s::timestamptz[],
+    SELECT * FROM unnest(%(after_priorities)s::smallint[], %(after_run_ats)s::text[]::timestamptz[],
                          %(after_ids)s::bigint[])
     ORDER BY 1 DESC
 ),""",
@@ -480,7 +485,7 @@ SELECT c.id, c.task_name,
        extract(epoch FROM statement_timestamp() - c.run_at)::float8 AS waited,
        c.trace_context, c.snoozes, c.retry_policy,
        (SELECT count(*) FROM taken AS t WHERE t.job_id = c.id AND t.kind <> 'rate')::int AS slots,
-       b.bytes, c.priority, c.run_at
+       b.bytes, c.priority, c.run_at::text
 FROM claimed AS c
 CROSS JOIN LATERAL (SELECT octet_length(c.args) + octet_length(c.kwargs) AS bytes) AS b
 WHERE (SELECT count(*) FROM settled) >= 0
