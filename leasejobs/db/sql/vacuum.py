@@ -21,8 +21,8 @@ SELECT pg_stat_get_dead_tuples(t.oid),
        EXISTS (SELECT FROM pg_stat_progress_vacuum AS p
                WHERE p.relid = t.oid
                  AND p.datid = (SELECT oid FROM pg_database WHERE datname = current_database())),
-       NULLIF(pg_snapshot_xmin(s.now), pg_snapshot_xmax(s.now))::text::bigint
-FROM (SELECT pg_current_snapshot() AS now) AS s, (SELECT to_regclass('leasejobs_job') AS oid) AS t
+       NULLIF(pg_snapshot_xmin(s.snap), pg_snapshot_xmax(s.snap))::text::bigint
+FROM (SELECT pg_current_snapshot() AS snap) AS s, (SELECT to_regclass('leasejobs_job') AS oid) AS t
 WHERE t.oid IS NOT NULL
 """
 
