@@ -271,7 +271,11 @@ class Events:
 
     def released(self, job: HeldJob, ok: bool) -> None:
         if ok:
-            logger.info("released job=%s attempt=%s worker=%s", *self._ids(job))
+            logger.info(
+                "released job=%s attempt=%s worker=%s%s",
+                *self._ids(job),
+                ": its body had started, so its run counts" if job.started and job.counted else "",
+            )
         else:
             logger.warning(
                 "lease not given back job=%s attempt=%s worker=%s: its row is locked by another "
