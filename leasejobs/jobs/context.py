@@ -37,6 +37,10 @@ _current: contextvars.ContextVar["JobContext | None"] = contextvars.ContextVar(
 _FENCED_FLAGS = 1 | 4 | 8
 _CANCEL_FLAG = 2
 
+#: A fenced block renews its lease as it commits when less than this share of
+#: the lease surely remains (or the job holds places under a limit).
+RENEW_BELOW = 0.5
+
 
 class BodySlot(Protocol):
     """What a context needs of the shared slot of the body it belongs to."""
@@ -50,7 +54,11 @@ class BodySlot(Protocol):
         ...
 
     def block_ended(self, renewed_until: float | None) -> None:
-        """The block ended; its commit renewed the lease until this monotonic time (None: no commit)."""
+        """The block ended; its commit renewed the lease until this monotonic time (None: not renewed)."""
+        ...
+
+    def lease_left(self) -> float | None:
+        """Seconds from now during which the attempt's lease surely holds (None: not known)."""
         ...
 
 
@@ -110,7 +118,7 @@ class JobContext:
     queue: str = "default"
     #: Started runs of the job, this one included: what ``max_attempts`` limits.
     runs: int = 1
-    #: The lease this attempt holds (renewed as a side-effect block commits).
+    #: The lease this attempt holds (renewed as a side-effect block commits near its end).
     lease_seconds: float = 30.0
     #: Places under queue or key limits this attempt holds: the fence checks them too.
     places: int = 0
@@ -227,7 +235,8 @@ class JobContext:
         of ``side_effect`` and of the durable steps (``leasejobs.jobs.steps``).
 
         Yields the transaction's cursor after the fence check (see
-        ``side_effect``) and renews the lease and places before the commit;
+        ``side_effect``) and renews the lease and places before the commit
+        (the lease only when less than half of it surely remains);
         ``what`` (kind, name) names the write in the ``LeaseLost`` raised when
         the attempt no longer holds the job. ``event_key``: take that event
         key's lock first (a wait), always before the job row's.
@@ -252,14 +261,26 @@ class JobContext:
                 yield cursor
                 if self.lease_lost:  # stopped while inside the block: nothing of it commits
                     raise self._stale(what, None)
-                sent = time.monotonic()
-                renewed = facade.renew_lease(cursor, fence, self.lease_seconds)
-                if renewed is None or renewed[0] != 1 or renewed[1] < self.places:
-                    raise self._stale(what, None)
-                renewed_until = sent + self.lease_seconds
+                if not self._lease_holds_long():
+                    sent = time.monotonic()
+                    renewed = facade.renew_lease(cursor, fence, self.lease_seconds)
+                    if renewed is None or renewed[0] != 1 or renewed[1] < self.places:
+                        raise self._stale(what, None)
+                    renewed_until = sent + self.lease_seconds
         finally:
             if self.slot is not None:
                 self.slot.block_ended(renewed_until)
+
+    def _lease_holds_long(self) -> bool:
+        """Whether the block may commit without renewing the lease: the job holds no place
+        (its locked row is the whole fence, and nothing of it can run out meanwhile) and
+        more than ``RENEW_BELOW`` of the lease surely remains, so the heartbeats the block
+        made skip the row have time to renew it. A renewal is a row version written and a
+        statement: a job of many steps or side effects would pay one each."""
+        if self.places or self.slot is None:
+            return False
+        left = self.slot.lease_left()
+        return left is not None and left > RENEW_BELOW * self.lease_seconds
 
     @asynccontextmanager
     async def aside_effect(self, key: str, data: Any = None) -> AsyncIterator[SideEffectRecord]:

@@ -130,6 +130,14 @@ class SlotView:
             self._slot.block_seq = self.seq
         self._slot.block = NO_BLOCK
 
+    def lease_left(self) -> float | None:
+        # The supervisor's deadline is its watchdog's (the first lease of this
+        # child's jobs to run out, less a margin): a lower bound of this one's.
+        deadline = self._slot.deadline
+        if self._slot.block_seq == self.seq:
+            deadline = max(deadline, self._slot.block_deadline)
+        return deadline - time.monotonic() if deadline > 0 else None
+
 
 class Child:
     def __init__(self, channel: ChildChannel, index: int, slots: SlotTable, config: ChildConfig) -> None:

@@ -21,7 +21,7 @@ from leasejobs.db.connection import connection_params
 from leasejobs.db.store import ClaimedRow, WorkerStore
 from leasejobs.exceptions import LeaseLost, Suspended
 from leasejobs.jobs.context import JobContext
-from leasejobs.models import Event, Step
+from leasejobs.models import Event, Job, Step
 from leasejobs.operations.prune import prune
 from leasejobs.queues import controls
 from tests.adminpages import page
@@ -53,6 +53,37 @@ def claimed():
     row = _claim(store)
     yield row, JobContext(job_id=row.id, attempt=row.attempt, worker_id="w31")
     store.close()
+
+
+class _Slot:
+    """A body's shared slot as a step sees it: no flags, and ``left`` seconds of lease surely held."""
+
+    def __init__(self, left):
+        self.left = left
+
+    def flags(self):
+        return 0
+
+    def block_started(self, places):
+        pass
+
+    def block_ended(self, renewed_until):
+        pass
+
+    def lease_left(self):
+        return self.left
+
+
+@pytest.mark.parametrize(("left", "renews"), [(25.0, False), (14.0, True), (None, True)])
+def test_a_step_renews_the_lease_as_it_commits_only_when_less_than_half_is_left(claimed, left, renews):
+    """A renewal is a row version of the job: a step with most of its 30 s lease left
+    leaves it to the heartbeat; one near the lease's end, or whose worker cannot say, renews."""
+    row, ctx = claimed
+    ctx.slot = _Slot(left)
+    before = Job.objects.get(id=row.id).lease_until
+    assert ctx.step("first", int, 1) == 1
+    after = Job.objects.get(id=row.id).lease_until
+    assert (after > before) is renews, (before, after)
 
 
 class Calls:

@@ -20,7 +20,7 @@ import leasejobs
 from leasejobs.models import Job, Step
 from tests.helpers import wait_until
 from tests.testapp.models import BodyRun, Sent
-from tests.testapp.step_tasks import sleeper, three_steps, waiter
+from tests.testapp.step_tasks import back_to_back_steps, sleeper, three_steps, waiter
 
 #: A short lease, so a killed or paused holder's job is taken over in seconds.
 LEASE = ("--lease", "2")
@@ -158,3 +158,18 @@ def test_a_django_task_sleeps_durably_without_finishing_in_between(start_worker)
         "RUNNING",
         "SUCCESSFUL",
     ]
+
+
+def test_steps_back_to_back_for_three_leases_keep_their_job(start_worker):
+    """Steps with no gap hold the job row nearly all the time, so the heartbeat skips it;
+    a step renews the lease as it commits once less than half of it is left. A step
+    that left it to run out would let the second worker take the job: a second attempt
+    (max_attempts=1: the job would fail) and steps stored by two attempts."""
+    job = back_to_back_steps.enqueue(150, 0.04)  # 6 s of steps under a 2 s lease
+    start_worker(*LEASE, "--worker-id", "a")
+    start_worker(*LEASE, "--worker-id", "b")
+    wait_until(lambda: _job(job).status in ("done", "failed"), timeout=60, what="the job ends")
+    job = _job(job)
+    assert (job.status, job.attempt) == ("done", 1), (job.status, job.attempt, job.last_error)
+    assert set(_steps(job).values()) == {1}
+    assert BodyRun.objects.filter(job_id=job.id).count() == 1

@@ -77,6 +77,18 @@ def failing_step(ctx, fail_times):
     return ctx.step("flaky", write_then_fail)
 
 
+def _busy(n: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return n
+
+
+@task(takes_context=True, max_attempts=1)
+def back_to_back_steps(ctx, count, seconds):
+    """``count`` steps, each ``seconds`` long inside its fenced transaction, with no gap."""
+    _record_run()
+    return sum(ctx.step(f"s{n}", _busy, n, seconds) for n in range(count))
+
+
 @task(takes_context=True)
 def ten_steps(ctx):
     """Ten steps that do nothing: the bench's and the cost test's job."""
