@@ -14,6 +14,7 @@ import heapq
 import os
 import selectors
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -87,19 +88,33 @@ class JobAssignment:
     def outstanding(self) -> tuple[list[int], int]:
         """How many jobs each child with room holds, and how many wait for a child.
 
-        A child whose estimated work fills its budget (a body of a slow task, or
-        of a task not seen yet) has no room, whatever its count.
+        A child whose estimated work left fills its budget (a body of a slow
+        task, or of a task not seen yet) has no room, whatever its count; a
+        body expected to end within the budget no longer counts, so its next
+        job is claimed and sent while it ends, not after (``work_left``).
         """
         with self.lock:
             if self._stopping:
                 return [], 0
             budget = rules.CHILD_QUEUE_SECONDS
-            counts = [
-                len(c.outstanding)
-                for c in self._children
-                if c.accepting and (not c.outstanding or c.queued_seconds < budget)
-            ]
+            now = time.monotonic()
+            counts = []
+            for c in self._children:
+                if not c.accepting:
+                    continue
+                left, ending = self._work_left(c, now)
+                if not c.outstanding or left < budget:
+                    counts.append(len(c.outstanding) - ending)
             return counts, len(self._backlog)
+
+    def _work_left(self, child: ChildState, now: float) -> tuple[float, int]:
+        """The child's estimated work left, and 1 if its running body is expected to end
+        within ``CHILD_QUEUE_SECONDS`` (else 0): ``rules.work_left``; lock held."""
+        running = self.slots.running(child.index)
+        job = child.outstanding.get(running.seq) if running is not None else None
+        if running is None or job is None or job.task_name not in self.durations:
+            return child.queued_seconds, 0
+        return rules.work_left(child.queued_seconds, job.estimate, now - running.started_at)
 
     def may_have_started(self, job: HeldJob) -> bool:
         """Whether ``job``'s body may have started, reported or not (its child's slot says so)."""
@@ -135,10 +150,12 @@ class JobAssignment:
         """Give claimed jobs to the children with the least work, in claim order; returns those
         no child has room for (to be given back).
 
-        A child takes a job while the work it holds stays within
-        ``rules.child_budget`` (judged by each task's own mean duration), and an
-        idle child always takes one: so a job never waits in a child behind
-        more than a few milliseconds of others' work, whatever the mix of tasks.
+        A child takes a job while the work ahead of it stays within
+        ``rules.child_budget`` (judged by each task's own mean duration, its
+        running body's time so far counted off), and an idle child always
+        takes one: so a job never waits in a child behind more than a few
+        milliseconds of others' work, whatever the mix of tasks, and a child of
+        jobs longer than the budget gets its next one as its body ends.
         """
         if not jobs:
             return []
@@ -164,12 +181,13 @@ class JobAssignment:
     ) -> Iterator[tuple[HeldJob, ChildState | None]]:
         """Each job with the ready child that would take it (the least work first), or None
         when it would overflow that child's budget; lock held, nothing changed."""
-        least = [(c.queued_seconds, i) for i, c in enumerate(ready)]
+        now = time.monotonic()
+        least = [(self._work_left(c, now)[0], i) for i, c in enumerate(ready)]
         heapq.heapify(least)
         for job in jobs:
             queued, i = least[0]
             estimate = self.estimate(job)
-            if queued > 0 and queued + estimate > rules.child_budget(job.lease_seconds):
+            if queued > rules.child_budget(job.lease_seconds):
                 yield job, None
                 continue
             yield job, ready[i]
@@ -178,12 +196,10 @@ class JobAssignment:
     def _give(self, job: HeldJob) -> None:
         """Hand one job to the accepting child with the least work if it has room (else to
         the backlog, for the next look); lock held."""
-        ready = [c for c in self._children if c.accepting]
-        child = min(ready, key=lambda c: c.queued_seconds, default=None)
-        if child is None or (
-            child.queued_seconds > 0
-            and child.queued_seconds + self.estimate(job) > rules.child_budget(job.lease_seconds)
-        ):
+        now = time.monotonic()
+        left = {c.index: self._work_left(c, now)[0] for c in self._children if c.accepting}
+        child = min((c for c in self._children if c.index in left), key=lambda c: left[c.index], default=None)
+        if child is None or left[child.index] > rules.child_budget(job.lease_seconds):
             self._backlog.append(job)
             return
         self._hand(child, job)

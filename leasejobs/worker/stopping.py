@@ -117,7 +117,9 @@ class BodyStopping(JobAssignment):
     def _rebalance(self, child: ChildState, running: int, for_seconds: float) -> None:
         """A body running far longer than estimated keeps the jobs waiting behind it: hand
         them to the other children (its child reports them unstarted); lock held."""
-        if child.rebalanced_after >= running or for_seconds < 2 * rules.CHILD_QUEUE_SECONDS:
+        job = child.outstanding.get(running)
+        estimate = job.estimate if job is not None else 0.0
+        if child.rebalanced_after >= running or for_seconds < estimate + 2 * rules.CHILD_QUEUE_SECONDS:
             return
         waiting = [seq for seq in child.outstanding if seq > running]
         if not waiting or not any(c.accepting and not c.outstanding for c in self._children):
