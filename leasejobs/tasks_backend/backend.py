@@ -45,6 +45,8 @@ except ImportError as exc:  # Django 5.2
 
 from django.apps import apps
 from django.core import checks
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.tasks import Task, TaskResult
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
@@ -202,6 +204,16 @@ class LeaseJobsBackend(BaseTaskBackend):
 _discovered = False
 # Reentrant: a tasks module imported by discovery may itself enqueue.
 _lock = threading.RLock()
+
+
+@receiver(setting_changed)
+def _rediscover(*, setting: str, **kwargs: Any) -> None:
+    """Settings that decide which modules are searched changed (a test's
+    ``override_settings``): the next ``find`` discovers again under them, so a
+    first lookup made under a test's settings does not hide the project's tasks."""
+    global _discovered
+    if setting in ("LEASEJOBS", "TASKS", "INSTALLED_APPS"):
+        _discovered = False
 
 
 def register_from(modules: Iterable[ModuleType]) -> None:

@@ -265,3 +265,17 @@ def test_job_states_map_to_task_result_states(db, status, expected):
 
 
 # -- the worker runs Django Tasks ----------------------------------------------
+
+
+def test_a_first_lookup_under_a_tests_settings_does_not_hide_the_projects_tasks(db, monkeypatch):
+    """Discovery runs once a process; a first lookup made under a test's LEASEJOBS (no
+    TASK_MODULES) must not stay the answer once the project's settings are back."""
+    from leasejobs.jobs import registry
+    from leasejobs.tasks_backend import backend
+
+    monkeypatch.setattr(backend, "_discovered", False)
+    monkeypatch.setattr(registry, "_registry", {})  # a process that has discovered nothing yet
+    with override_settings(LEASEJOBS={"TASK_MODULES": []}):
+        backend.find(dtasks.noop.module_path)
+    assert backend.find(dtasks.noop.module_path, dtasks.noop.func) is not None
+    assert dtasks.noop.enqueue().id
