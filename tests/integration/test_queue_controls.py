@@ -79,8 +79,12 @@ def test_a_sigkilled_workers_place_is_free_once_its_lease_runs_out(start_worker,
     killed_at = time.time()
     holder.wait(timeout=30)
     assert place_holder("concurrency", "pdf") == [(first.id, 1)]
+    # Cancelled as the admin cancels a running job: the claim that finds its lease run out
+    # ends it (its place freed then, not before) instead of running its 30 s body again.
+    Job.objects.filter(id=first.id).update(cancel_requested=True)
     other = start_worker("--concurrency", "4", "--queue", "pdf", "--lease", "3")
     wait_until(lambda: done("pdf") >= 3, timeout=60, what="the waiting jobs to run")
+    assert Job.objects.get(id=first.id).status == "cancelled"
     starts, _, _ = read_journal(path)
     later = sorted(at for (job_id, _), at in starts.items() if job_id != first.id)
     # Nothing started while the killed attempt's lease ran (3 s from its last heartbeat).
