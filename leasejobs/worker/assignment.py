@@ -108,13 +108,28 @@ class JobAssignment:
             return counts, len(self._backlog)
 
     def _work_left(self, child: ChildState, now: float) -> tuple[float, int]:
-        """The child's estimated work left, and 1 if its running body is expected to end
-        within ``CHILD_QUEUE_SECONDS`` (else 0): ``rules.work_left``; lock held."""
+        """The child's estimated work left, and how many of its jobs no longer count: their
+        body ended (only its report is on its way) or is expected to end within
+        ``CHILD_QUEUE_SECONDS`` (``rules.work_left``); lock held.
+
+        Read from its slot: a job at or before ``started`` has begun, and one
+        not ``running`` then has ended (the child sets ``running`` first).
+        """
+        started = self.slots[child.index].started
         running = self.slots.running(child.index)
-        job = child.outstanding.get(running.seq) if running is not None else None
-        if running is None or job is None or job.task_name not in self.durations:
-            return child.queued_seconds, 0
-        return rules.work_left(child.queued_seconds, job.estimate, now - running.started_at)
+        left, ending = 0.0, 0
+        for seq, job in child.outstanding.items():
+            if seq > started:
+                left += job.estimate
+            elif running is not None and seq == running.seq:
+                if job.task_name in self.durations:
+                    body_left, body_ending = rules.work_left(job.estimate, now - running.started_at)
+                    left, ending = left + body_left, ending + body_ending
+                else:
+                    left += job.estimate
+            else:
+                ending += 1
+        return left, ending
 
     def may_have_started(self, job: HeldJob) -> bool:
         """Whether ``job``'s body may have started, reported or not (its child's slot says so)."""
@@ -211,7 +226,6 @@ class JobAssignment:
         job.child, job.seq = child.index, child.next_seq
         child.outstanding[job.seq] = job
         job.estimate = self.estimate(job)
-        child.queued_seconds += job.estimate
         self.bytes_held += job.bytes
         assert job.args is not None and job.kwargs is not None
         child.to_send.append(

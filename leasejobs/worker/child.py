@@ -267,9 +267,11 @@ class Child:
         except ValueError as exc:
             return Ended(job.seq, outcomes.refusal(str(exc)), 0.0, started=False), False
         ctx, facts = ready.ctx, ready.facts
+        # running before started: a reader that sees ``started`` at this job and
+        # ``running`` no longer at it knows the body ended (``JobAssignment._work_left``).
         self.slot.started_at = time.monotonic()
-        self.slot.started = job.seq
         self.slot.running = job.seq
+        self.slot.started = job.seq
         self._running_seq = job.seq
         self._in_body = True
         try:

@@ -39,8 +39,6 @@ class ChildState:
     #: Jobs assigned but not yet sent.
     to_send: list[BodyJob] = field(default_factory=list)
     stops: dict[int, BodyStop] = field(default_factory=dict)
-    #: The estimated seconds of work it holds (its jobs' tasks' mean durations).
-    queued_seconds: float = 0.0
     #: Jobs whose body ended but left threads running: they end with the process.
     ending_with_it: list[HeldJob] = field(default_factory=list)
     #: The assignment number of the body after which its waiting jobs were handed

@@ -144,13 +144,8 @@ class ChildReports(BodyStopping):
                 self._finish(job)
 
     def _unhold(self, job: HeldJob) -> None:
-        """The job leaves its child's hands: its bytes and its estimated work with it; lock held."""
+        """The job leaves its child's hands, its bytes with it; lock held."""
         self.bytes_held -= job.bytes
-        if 0 <= job.child < len(self._children):
-            child = self._children[job.child]
-            # Exactly zero once it holds nothing: sums and differences of floats leave a
-            # residue, and an idle child that seems to hold work takes no slow job.
-            child.queued_seconds = max(0.0, child.queued_seconds - job.estimate) if child.outstanding else 0.0
 
     def _unstarted(self, job: HeldJob) -> None:
         """A child will not start this job; lock held."""

@@ -45,21 +45,23 @@ def child_depth(*, mean_duration: float | None, prefetch: int, children: int, le
     return 1 + min(ahead, prefetch // max(1, children))
 
 
-def work_left(queued_seconds: float, running_estimate: float, running_for: float) -> tuple[float, int]:
-    """A child's estimated work left, and 1 if its running body should end within
+def work_left(estimate: float, running_for: float) -> tuple[float, int]:
+    """A running body's estimated work left, and 1 if it should end within
     ``CHILD_QUEUE_SECONDS`` (else 0).
 
-    ``queued_seconds`` is the estimate of every job the child holds, the
-    running one's (``running_estimate``, its task's measured mean) included.
-    The running body's time so far counts off its estimate only while it runs
-    within it: past it, the body may run on for any time, and nothing more is
+    Its time so far counts off its estimate (its task's measured mean) while
+    it runs within it, or past it by less than ``CHILD_QUEUE_SECONDS`` (a
+    mean is no bound: half the bodies run longer, and the job claimed for
+    this one must still find room as it arrives); further past it, the body
+    may run on for any time: all of its estimate is left, and nothing more is
     to wait behind it. So a child of 50 ms jobs gets its next one in the last
     20 ms of its body, not after a claim that its body's end set off.
     """
-    left = running_estimate - running_for
-    if left <= 0:
-        return queued_seconds, 0
-    return queued_seconds - running_estimate + left, int(left <= CHILD_QUEUE_SECONDS)
+    left = estimate - running_for
+    if left < -CHILD_QUEUE_SECONDS:
+        return estimate, 0
+    left = max(left, 0.0)
+    return left, int(left <= CHILD_QUEUE_SECONDS)
 
 
 def child_budget(lease_seconds: float) -> float:
