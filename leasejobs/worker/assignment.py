@@ -202,7 +202,7 @@ class JobAssignment:
         for job in jobs:
             queued, i = least[0]
             estimate = self.estimate(job)
-            if queued > rules.child_budget(job.lease_seconds):
+            if _full(queued, job):
                 yield job, None
                 continue
             yield job, ready[i]
@@ -214,7 +214,7 @@ class JobAssignment:
         now = time.monotonic()
         left = {c.index: self._work_left(c, now)[0] for c in self._children if c.accepting}
         child = min((c for c in self._children if c.index in left), key=lambda c: left[c.index], default=None)
-        if child is None or left[child.index] > rules.child_budget(job.lease_seconds):
+        if child is None or _full(left[child.index], job):
             self._backlog.append(job)
             return
         self._hand(child, job)
@@ -264,3 +264,10 @@ class JobAssignment:
             j.lease_ends - rules.watchdog_margin(j.lease_seconds) for j in child.outstanding.values()
         )
         self.slots.set_deadline(child.index, deadline)
+
+
+def _full(work_left: float, job: HeldJob) -> bool:
+    """Whether a child with this much estimated work left has no room for ``job``: an idle
+    child always has; a busy one while the job would start within ``rules.child_budget``.
+    A body of a task not measured yet counts a whole budget, so nothing waits behind it."""
+    return work_left > 0 and work_left >= rules.child_budget(job.lease_seconds)
