@@ -20,10 +20,10 @@ a VACUUM of its own that removed less than half of what it found (an old
 snapshot still sees the rest) or that failed (a cancel, a lost connection),
 it waits 15 s, then 30 s, then a minute, before the next: longer than the
 10 s a backend that went idle may take to report the rows it made dead,
-which would otherwise look like new ones. When a transaction holding an
-xid (the oldest one running, for a second at least, at the VACUUM) may be
-what kept the rows, the wait ends a second or two after that transaction
-does, if sooner (``Vacuumer._pin_released``). A stopping worker cancels its
+which would otherwise look like new ones. When another backend of this
+database held the oldest xid or snapshot for a second at least at the
+VACUUM (what kept the rows, most likely), the wait ends a second or two
+after that transaction does, if sooner (``Vacuumer._pin_released``). A stopping worker cancels its
 VACUUM: a deploy's ``migrate`` must not wait for it.
 
 On a direct connection the VACUUM runs with ``vacuum_cost_delay`` and
@@ -72,7 +72,7 @@ class Look(NamedTuple):
     counting: bool
     vacuums: int
     vacuuming: bool
-    #: The oldest transaction id still running (None: none runs).
+    #: The oldest xid another backend of this database holds or sees (None: none).
     oldest_xid: int | None = None
 
 
@@ -123,8 +123,8 @@ class Vacuumer:
         self._skipped_until = 0.0
         #: The look failed last time (said once per run of failures).
         self._look_failing = False
-        #: The oldest running xid of the last look, and of the last look but one
-        #: that saw the same: a transaction that has held its xid a second at least.
+        #: The oldest held xid of the last look, and of the last look but one
+        #: that saw the same: a transaction that has held it a second at least.
         self._oldest_xid: int | None = None
         self._held_xid: int | None = None
         #: The held xid that kept the last VACUUM in vain, and whether the last
@@ -185,15 +185,16 @@ class Vacuumer:
     def _pin_released(self, look: Look) -> None:
         """Cut the back-off short once the transaction that kept the last VACUUM in vain ends.
 
-        A transaction that holds an xid (idle in a transaction, a long batch)
-        keeps every row version that died after it began; once it ends, all
+        A transaction that holds an xid or a snapshot (idle in a
+        transaction, a long batch, a REPEATABLE READ report) keeps every row
+        version that died after it began; once it ends, all
         it kept may go, the floor with it, and a VACUUM is due at the next
         look but one, not after the back-off's 15 s to a minute (not at this
         look: statements that took their snapshot before it ended may still
         run, and a VACUUM's horizon would be theirs; seen: one in vain, 1.2
-        million rows kept, 5 ms after the end). The oldest running xid at
-        the VACUUM may not be what kept its rows (a snapshot without an xid,
-        which shows in no statistic this role may read, may have): so this
+        million rows kept, 5 ms after the end). The oldest held xid at
+        the VACUUM may not be what kept its rows (a replication slot or a
+        prepared transaction, which the look does not read, may have): so this
         never lengthens the back-off, and a VACUUM it brought forward that is
         in vain too brings none forward again until one is not.
         """

@@ -180,6 +180,29 @@ def test_a_vacuum_in_vain_under_load_is_followed_by_none_for_15_s(start_worker, 
     assert worker.count(VACUUMED) == 1, worker.log()
 
 
+def test_an_xid_of_another_database_ending_brings_no_vacuum_forward(start_worker, vacuum_env, old_snapshot):
+    """Another database's transaction does not hold this table's rows: when it ends, the
+    snapshot that kept the VACUUM in vain still holds, and the back-off stands (seen in CI:
+    the cluster's oldest xid, another test's, ended and a second VACUUM came 4 s after the
+    first, in vain)."""
+    with psycopg.connect(database_url(), dbname="postgres") as elsewhere:
+        elsewhere.execute("SELECT txid_current()")  # older than any xid of this test's database
+        worker = start_worker(env=vacuum_env)
+        worker.wait_for_log(r"worker started", timeout=60)
+        time.sleep(2.5)  # two looks: the xid is held a second at least
+        began = _vacuums()
+        _enqueue(500)
+        _drained(500)
+        wait_until(lambda: _vacuums() > began, 40, what="the first VACUUM (in vain)")
+        first = time.monotonic()
+        elsewhere.rollback()
+    _enqueue(500)  # due again at once, were the back-off cut short
+    _drained(1000)
+    time.sleep(max(0.0, first + 6 - time.monotonic()))
+    assert time.monotonic() - first < 15, "too slow to tell: the 15 s of backoff are over"
+    assert _vacuums() - began == 1, worker.log()
+
+
 @pytest.fixture
 def held_xid(transactional_db: None) -> Iterator[psycopg.Connection]:
     """A transaction that holds an xid and sits idle: it keeps every row version that dies after it."""

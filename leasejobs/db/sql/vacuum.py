@@ -9,10 +9,13 @@ autovacuum check of runworker's start."""
 #: remainder in the dead count); and whether a VACUUM of it is running now in
 #: this database (another worker's of the same role: others' are visible only
 #: to roles that may read all statistics, and SKIP_LOCKED covers them); and
-#: the oldest transaction id still running, if any (the xmin of a snapshot
-#: taken now, NULL when it equals the xmax: no xid runs; any role may read
-#: it, unlike other sessions' ``backend_xmin``). No row when the table does
-#: not exist.
+#: the oldest xid another backend of this database holds, as its own or as
+#: its snapshot's xmin (NULL: none), which is what holds back the horizon of
+#: a VACUUM of this table. Any role may read ``backend_xid`` and
+#: ``backend_xmin``; backends of other databases do not hold this table's
+#: rows (their xids made the cluster-wide snapshot xmin used before wrong:
+#: another database's transaction ending brought forward a VACUUM in vain).
+#: No row when the table does not exist.
 VACUUM_LOOK = """
 SELECT pg_stat_get_dead_tuples(t.oid),
        pg_stat_get_live_tuples(t.oid),
@@ -21,8 +24,13 @@ SELECT pg_stat_get_dead_tuples(t.oid),
        EXISTS (SELECT FROM pg_stat_progress_vacuum AS p
                WHERE p.relid = t.oid
                  AND p.datid = (SELECT oid FROM pg_database WHERE datname = current_database())),
-       NULLIF(pg_snapshot_xmin(s.snap), pg_snapshot_xmax(s.snap))::text::bigint
-FROM (SELECT pg_current_snapshot() AS snap) AS s, (SELECT to_regclass('leasejobs_job') AS oid) AS t
+       (SELECT h.xid::text::bigint
+        FROM pg_stat_activity AS a,
+             LATERAL (VALUES (a.backend_xid), (a.backend_xmin)) AS h(xid)
+        WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND h.xid IS NOT NULL
+        ORDER BY age(h.xid) DESC
+        LIMIT 1)
+FROM (SELECT to_regclass('leasejobs_job') AS oid) AS t
 WHERE t.oid IS NOT NULL
 """
 
