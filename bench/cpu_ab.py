@@ -14,6 +14,10 @@ worker processes, of their zygotes and children (where the bodies run) and
 of their PostgreSQL backends from ``/proc`` (startup is not counted; the
 finish and heartbeat connections, and children, that start during the drain
 count whole). Wall-clock jobs/s come from the rows' own timestamps. Linux only.
+
+``--workload io --concurrency 64``: each job waits ``--io-seconds`` (the bench's
+``sleep`` task) in 64 children per worker, where the worker hears from its
+children one body at a time rather than in batches.
 """
 
 import argparse
@@ -23,7 +27,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -75,7 +79,15 @@ def bench_module(tree: Path) -> str:
     return "leasejobs.bench.tasks" if (tree / "leasejobs/bench/tasks.py").exists() else "leasejobs.bench"
 
 
-def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, float, float]:
+class Workload(NamedTuple):
+    """What each run's jobs do, and the workers' concurrency (None: runworker's default)."""
+
+    task: str = "noop"
+    args: tuple[float, ...] = ()
+    concurrency: int | None = None
+
+
+def one_run(tree: Path, url: str, jobs: int, level: str, load: Workload) -> tuple[float, float, float, float]:
     """(worker µs/job, children µs/job, backends µs/job, jobs/s) of one drain."""
     module = bench_module(tree)
     python = str(tree / ".venv/bin/python")
@@ -84,7 +96,7 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
     template = (
         f"import django; django.setup()\nfrom {module} import register_tasks\n"
         "from leasejobs.models import Job\nJob.objects.all().delete()\n"
-        "register_tasks()['noop'].bulk_enqueue([((), {})])\n"
+        f"register_tasks()[{load.task!r}].bulk_enqueue([({load.args!r}, {{}})])\n"
     )
     subprocess.run([python, "-c", template], env=env, cwd=tree, check=True)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -110,9 +122,10 @@ def one_run(tree: Path, url: str, jobs: int, level: str) -> tuple[float, float, 
             f"import sys, django; django.setup(); from {module} import worker_main; worker_main(sys.argv[1:])"
         )
         verbosity = "0" if level == "warning" else "1"
+        more = [] if load.concurrency is None else ["--concurrency", str(load.concurrency)]
         procs = [
             subprocess.Popen(
-                [python, "-c", code, "--queue", QUEUE, "--worker-id", f"cpu-ab-{i}", "-v", verbosity],
+                [python, "-c", code, "--queue", QUEUE, "--worker-id", f"cpu-ab-{i}", "-v", verbosity, *more],
                 env=env,
                 cwd=tree,
                 stdout=subprocess.DEVNULL,
@@ -202,7 +215,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--levels", default="warning,info")
+    parser.add_argument("--workload", choices=["noop", "io"], default="noop")
+    parser.add_argument("--io-seconds", type=float, default=0.05)
+    parser.add_argument("--concurrency", type=int, default=None, help="runworker's --concurrency")
     args = parser.parse_args()
+    load = (
+        Workload("sleep", (args.io_seconds,), args.concurrency)
+        if args.workload == "io"
+        else Workload(concurrency=args.concurrency)
+    )
     trees = {}
     for spec in args.tree:
         name, rest = spec.split("=", 1)
@@ -212,7 +233,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for level in args.levels.split(","):
             for name, (tree, url) in trees.items():
-                worker, children, backends, rate = one_run(tree, url, args.jobs, level)
+                worker, children, backends, rate = one_run(tree, url, args.jobs, level, load)
                 results.setdefault((level, name), []).append((worker, children, backends, rate))
                 print(
                     f"{name} {level}: worker {worker:.1f} µs/job, children {children:.1f},"

@@ -64,6 +64,8 @@ class JobAssignment:
         self._stopping = False
         self._closed = False
         self._count = 0
+        #: When the pool thread looks at the bodies next (``pool.BODY_LOOK_SECONDS``); 0: at once.
+        self._next_body_look = 0.0
         #: Each task's smoothed body duration (seconds): how long its jobs are
         #: expected to keep a child busy.
         self.durations: dict[str, float] = {}

@@ -48,6 +48,8 @@ class ChildState:
     #: once the body being stopped in it is gone (``doomed``).
     stopping: bool = False
     doomed: bool = False
+    #: Its socket is in the selector for writing too (a message waits to be sent).
+    writing: bool = False
     #: A descriptor that becomes readable when the process ends (``os.pidfd_open``):
     #: how the worker knows it is dead, whatever holds its socket open.
     pidfd: int | None = None

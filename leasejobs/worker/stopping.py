@@ -4,7 +4,7 @@ A body is stopped in steps: its flag is raised in its shared slot, it is
 interrupted (SIGUSR1 raises ``BodyStopped`` in it) once it runs, and its
 child is killed, with the process group its bodies left, when the grace is
 over; a job its child has not started is revoked instead. The pool thread
-looks at the running bodies every few milliseconds (``_look_at_bodies``): a
+looks at the running bodies every 10 to 50 ms (``_look_at_bodies``): a
 timeout, a body that outlived its lease (the zygote watches too), a body
 running far longer than estimated (the jobs queued behind it go to other
 children). Signals go through the child's pidfd where there is one, so a
@@ -39,6 +39,7 @@ class BodyStopping(JobAssignment):
             self.slots.raise_flag(child.index, job.seq, flag)
             child.stops.setdefault(job.seq, BodyStop(flag, grace))
             child.doomed = True  # a child whose body is stopped leaves
+            self._next_body_look = 0.0  # interrupt it now, not at the next look
         self._wake()
 
     def cancel(self, job: HeldJob) -> None:
