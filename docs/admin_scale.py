@@ -11,9 +11,9 @@ Usage (against a throwaway database, never one that matters):
 Each page is fetched with Django's test client as a superuser, three times
 (the best time is reported, after one warm-up), with every query captured;
 the plan of the changelist's row query is shown so one can see which index
-serves it. Then each chart query of the overview (``leasejobs.admin.charts``)
-is timed alone, over the last hour and the last day, best of three after a
-warm-up. See docs/admin.md for the figures.
+serves it. Then each chart query of the overview
+(``leasejobs.db.sql.charts.QUERIES``) is timed alone, over the last hour and
+the last day, best of three after a warm-up. See docs/admin.md for the figures.
 """
 
 import argparse
@@ -36,10 +36,11 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from leasejobs.admin import charts  # noqa: E402
+from leasejobs.db.sql import charts as chart_sql  # noqa: E402
 from leasejobs.models import ChartPoint, Job  # noqa: E402
 
 FILL = """
-TRUNCATE leasejobs_job, leasejobs_sideeffect;
+TRUNCATE leasejobs_job, leasejobs_sideeffect, leasejobs_step;
 INSERT INTO leasejobs_job (
     task_name, queue, priority, args, kwargs, status, attempt, max_attempts, run_at,
     lease_until, leased_by, heartbeat_at, cancel_requested, idempotency_key, last_error,
@@ -49,7 +50,7 @@ SELECT
     (ARRAY['default', 'receipts', 'pdf', 'stock', 'payments'])[1 + g %% 5],
     0, jsonb_build_array(g, 'order-' || g), '{}'::jsonb, s.status,
     CASE WHEN s.status = 'queued' THEN 0 ELSE 1 + g %% 3 END, 5,
-    now() - make_interval(secs => (%(n)s - g) * 0.5),
+    now() - make_interval(secs => (%(n)s - g) * %(step)s),
     CASE WHEN s.status = 'running' THEN now() + make_interval(secs => 30 - g %% 60) END,
     CASE WHEN s.status = 'queued' THEN '' ELSE 'host-' || g %% 8 || '-w' END,
     CASE WHEN s.status = 'running' THEN now() - make_interval(secs => g %% 60) END,
@@ -58,10 +59,10 @@ SELECT
     CASE WHEN s.status = 'failed' THEN 'ValueError: card declined for order ' || g ELSE '' END,
     '[]'::jsonb, '[]'::jsonb,
     CASE WHEN s.status = 'done' THEN '{"ok": true}'::jsonb END,
-    now() - make_interval(secs => (%(n)s - g) * 0.5),
-    CASE WHEN s.status <> 'queued' THEN now() - make_interval(secs => (%(n)s - g) * 0.5) END,
+    now() - make_interval(secs => (%(n)s - g) * %(step)s),
+    CASE WHEN s.status <> 'queued' THEN now() - make_interval(secs => (%(n)s - g) * %(step)s) END,
     CASE WHEN s.status IN ('done', 'failed', 'cancelled')
-         THEN now() - make_interval(secs => (%(n)s - g) * 0.5) END
+         THEN now() - make_interval(secs => (%(n)s - g) * %(step)s) END
 FROM generate_series(1, %(n)s) AS g,
 LATERAL (SELECT CASE
     WHEN g > %(n)s - 1000 AND g %% 5 = 0 THEN 'running'
@@ -89,10 +90,12 @@ PAGES = [
 ]
 
 
-def fill(n: int) -> None:
+def fill(n: int, span_days: float | None = None) -> None:
+    """Insert n jobs created 0.5 s apart, or spread evenly over span_days."""
+    step = span_days * 86400 / n if span_days else 0.5
     with connection.cursor() as cursor:
         started = time.perf_counter()
-        cursor.execute(FILL, {"n": n})
+        cursor.execute(FILL, {"n": n, "step": step})
         cursor.execute("VACUUM ANALYZE leasejobs_job")
     print(f"filled {n:,} jobs in {time.perf_counter() - started:.1f} s")
 
@@ -146,7 +149,7 @@ def measure_charts() -> None:
     """Time each chart of the overview per window: cold (nothing stored: the whole
     window is read from the jobs) and warm (only the current bucket is, best of three)."""
     print(f"\n{'chart':12} {'window':6} {'cold ms':>8} {'warm ms':>8}")
-    for name in charts.QUERIES:
+    for name in chart_sql.QUERIES:
         for window in charts.WINDOWS.values():
             ChartPoint.objects.filter(chart=name).delete()
             started = time.perf_counter()
@@ -164,10 +167,13 @@ def measure_charts() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fill", type=int, metavar="N", help="truncate the jobs and insert N rows first")
+    parser.add_argument(
+        "--span-days", type=float, metavar="D", help="with --fill: spread them over D days (else 0.5 s apart)"
+    )
     parser.add_argument("--charts", action="store_true", help="time the overview's charts only")
     options = parser.parse_args()
     if options.fill:
-        fill(options.fill)
+        fill(options.fill, options.span_days)
     if options.charts:
         measure_charts()
     else:
