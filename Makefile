@@ -9,8 +9,9 @@
 #   TEST_WORKERS parallel pytest processes of make test's first phase (default 4;
 #                0 runs that phase in one process, e.g. for --pdb). More would
 #                overrun PostgreSQL's default max_connections of 100: the tests
-#                of a process open up to ~11 connections at once, those marked
-#                MANY_CONNECTIONS (tests/helpers.py) up to ~45, one at a time.
+#                of a process open up to ~13 connections at once; those marked
+#                many_connections(n) up to 50, each when the others leave room
+#                (tests/connection_budget.py).
 #
 # make test runs every test; make test-fast only the unit tests (no worker
 # process, no server, no committed transaction, no chaos), in seconds.

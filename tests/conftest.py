@@ -20,11 +20,13 @@ sessions of other databases are connected, and the tests marked ``alone``
 (and counted so). Without ``--phase`` (plain ``pytest``) every test runs.
 """
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from tests import connection_budget
 from tests.helpers import WorkerProcess, worker_env
 
 #: Fixtures whose tests are integration tests (the fixtures they use count too).
@@ -119,6 +121,27 @@ def integration_uses(item: pytest.Item) -> str:
     if db is not None and db.kwargs.get("transaction"):
         found.append("django_db(transaction=True)")
     return ", ".join(found)
+
+
+@pytest.fixture(autouse=True)
+def connection_budget_held(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """A test marked ``many_connections(n)`` holds ``n`` of the parallel phase's budget while it runs.
+
+    Autouse, so set up before the fixtures the test asks for (``start_worker``,
+    ``bench_env``, ...) and torn down after them, when its workers are gone.
+    See tests/connection_budget.py.
+    """
+    need = connection_budget.need_of(request.node)
+    processes = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if need is None or processes is None:
+        yield
+        return
+    # The directory above each xdist process's own: shared by the processes of this run only.
+    path = tmp_path_factory.getbasetemp().parent / "connection-budget.json"
+    with connection_budget.hold(path, need, int(processes)):
+        yield
 
 
 @pytest.fixture

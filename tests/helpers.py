@@ -13,20 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from localworkers import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
-
-#: For a test that opens many connections at once (12 to 45: several worker
-#: processes of several threads). make test's parallel phase (pytest-xdist,
-#: ``--dist loadgroup``) runs all such tests in one process, one at a time, so
-#: that the connections of the tests running at once stay well below
-#: PostgreSQL's default max_connections of 100 (beyond it, a worker's
-#: connection fails with "sorry, too many clients already"). Other tests open
-#: at most about 11 (measured with pg_stat_activity every 0.1 s).
-MANY_CONNECTIONS = pytest.mark.xdist_group("many_connections")
 
 
 def wait_until(

@@ -11,7 +11,8 @@ from django.db import connection
 
 from bench.report import pace, render
 from leasejobs.models import Job
-from tests.helpers import MANY_CONNECTIONS, database_url
+from tests.connection_budget import many_connections
+from tests.helpers import database_url
 
 TINY = [
     "--jobs", "300", "--workers", "1,2", "--repeat", "1", "--enqueue-jobs", "200",
@@ -138,7 +139,7 @@ def test_a_job_of_ten_steps_is_measured_against_ten_jobs_and_a_chain_of_ten(benc
     assert not Job.objects.exists()
 
 
-@MANY_CONNECTIONS
+@many_connections(17)
 def test_latency_under_load_drains_half_the_measured_rate_meanwhile(bench_env):
     args = ["--json", "--jobs", "300", "--workers", "2", "--repeat", "1", "--enqueue-jobs", "0",
             "--latency-jobs", "10", "--latency-rate", "20", "--latency-under-load"]  # fmt: skip
@@ -156,7 +157,7 @@ def test_latency_under_load_needs_a_rate_or_a_processing_figure(bench_env):
         bench("--jobs", "0", "--enqueue-jobs", "0", "--latency-jobs", "2", "--latency-under-load")
 
 
-@MANY_CONNECTIONS
+@many_connections(16)
 def test_a_backlog_is_drained_while_jobs_arrive_each_round_against_the_empty_table_just_before(bench_env):
     args = ["--json", "--jobs", "300", "--workers", "2", "--repeat", "1", "--enqueue-jobs", "0",
             "--latency-jobs", "0", "--backlog", "3000", "--arrive-rate", "200",
@@ -186,7 +187,7 @@ def test_a_backlog_is_drained_while_jobs_arrive_each_round_against_the_empty_tab
     assert header.endswith("  autovacuum off") == (results["machine"]["autovacuum"] == "off")
 
 
-@MANY_CONNECTIONS
+@many_connections(16)
 def test_a_backlog_drained_again_without_vacuum_is_reported_and_drawn(bench_env, tmp_path):
     drawing = tmp_path / "backlog.png"
     args = ["--json", "--jobs", "300", "--workers", "2", "--repeat", "1", "--enqueue-jobs", "0",
@@ -223,7 +224,7 @@ def test_plot_backlog_needs_a_backlog(bench_env):
         bench("--jobs", "0", "--enqueue-jobs", "0", "--latency-jobs", "0", "--plot-backlog", "x.png")
 
 
-@MANY_CONNECTIONS
+@many_connections(10)
 def test_the_workflow_figure_compares_a_fan_out_fan_in_with_plain_jobs(bench_env):
     output = bench("--workflow", "30", "--workers", "1", "--repeat", "1", "--json")
     result = json.loads(output)

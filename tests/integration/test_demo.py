@@ -12,12 +12,13 @@ from demo_site.receipts import story
 from demo_site.receipts.models import BodyRun, Message
 from demo_site.receipts.story import FAST, SCENARIOS, Story, StoryError
 from leasejobs.models import Job
-from tests.helpers import MANY_CONNECTIONS, wait_until
+from tests.connection_budget import many_connections
+from tests.helpers import wait_until
 from tests.unit.test_demo import EXPECTED, table
 
 
 @pytest.mark.django_db(transaction=True)
-@MANY_CONNECTIONS
+@many_connections(16)
 def test_demo_tells_the_story_with_real_workers(tmp_path):
     out = StringIO()
     call_command("demo", "--fast", "--log-dir", str(tmp_path), stdout=out)

@@ -19,7 +19,8 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from leasejobs.models import Job
-from tests.helpers import MANY_CONNECTIONS, ROOT, wait_until, worker_env
+from tests.connection_budget import many_connections
+from tests.helpers import ROOT, wait_until, worker_env
 from tests.testapp.tasks import add, always_fails, flaky, noisy, sleeper
 
 #: What a line of the Prometheus text format may be (comments, or a sample).
@@ -154,7 +155,7 @@ def test_the_metrics_view_serves_queue_wide_gauges(live_server):
 # -- signals ----------------------------------------------------------------------
 
 
-@MANY_CONNECTIONS
+@many_connections(18)
 def test_signals_reach_receivers_and_a_raising_receiver_never_breaks_the_worker(start_worker, tmp_path):
     received = tmp_path / "signals.jsonl"
     env = {"LEASEJOBS_TEST_SIGNALS": str(received)}

@@ -22,7 +22,8 @@ from django.db import connection
 
 from leasejobs.db.rows import tick_of_key
 from leasejobs.models import Job, PeriodicSchedule
-from tests.helpers import MANY_CONNECTIONS, wait_until
+from tests.connection_budget import many_connections
+from tests.helpers import wait_until
 
 STAMP = "tests.testapp.tasks.stamp"
 SKEWED_CLOCK = Path(__file__).resolve().parents[1] / "chaos" / "skewed_clock"
@@ -87,7 +88,7 @@ def stop_all(workers) -> None:
         w.wait(timeout=60)
 
 
-@MANY_CONNECTIONS
+@many_connections(48)
 def test_six_workers_enqueue_each_tick_once_through_kill_and_pause_storms(start_worker):
     schedules = [every_second("storm", catch_up="all")]
     workers = [start_worker("--concurrency", "2", env=env_for(schedules)) for _ in range(6)]
@@ -122,7 +123,7 @@ def test_six_workers_enqueue_each_tick_once_through_kill_and_pause_storms(start_
     print(f"\nstorm: {len(ticks)} ticks, one job each, through {kills} SIGKILLs and {pauses} SIGSTOPs")
 
 
-@MANY_CONNECTIONS
+@many_connections(36)
 def test_worker_clocks_an_hour_off_neither_duplicate_nor_skip_a_tick(start_worker):
     # catch_up="all": a worker an hour ahead, were its clock used, would
     # enqueue every tick of the next hour at once; one an hour behind none.
@@ -213,7 +214,7 @@ def test_downtime_then_restart_under_each_catch_up_mode(start_worker):
     assert PeriodicSchedule.objects.get(name="none").skipped >= 1
 
 
-@MANY_CONNECTIONS
+@many_connections(20)
 def test_schedules_removed_or_changed_between_two_worker_generations(start_worker):
     gen1 = [
         {"task": STAMP, "cron": "*/2 * * * * *", "name": "changing", "catch_up": "all"},
@@ -242,7 +243,7 @@ def test_schedules_removed_or_changed_between_two_worker_generations(start_worke
     assert PeriodicSchedule.objects.get(name="changing").cron == "*/5 * * * * *"
 
 
-@MANY_CONNECTIONS
+@many_connections(41)
 def test_two_deploys_side_by_side_with_different_schedule_sets(start_worker):
     shared = every_second("shared", catch_up="all")
     deploy1 = [shared, every_second("only-1"), {"task": STAMP, "cron": "*/2 * * * * *", "name": "contested"}]
@@ -297,7 +298,7 @@ def test_a_schedule_naming_a_django_task_passes_the_check_and_its_ticks_run(star
         stop_all([worker])
 
 
-@MANY_CONNECTIONS
+@many_connections(35)
 def test_no_periodic_workers_never_schedule_and_each_worker_pays_about_one_statement_per_tick(start_worker):
     schedules = [every_second("cost")]
     idle = start_worker("--no-periodic", env=env_for(schedules))

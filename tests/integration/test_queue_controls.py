@@ -14,7 +14,8 @@ from django.test import override_settings
 
 from leasejobs.models import Job, Queue, Slot
 from leasejobs.queues import controls
-from tests.helpers import MANY_CONNECTIONS, ROOT, wait_until, worker_env
+from tests.connection_budget import many_connections
+from tests.helpers import ROOT, wait_until, worker_env
 from tests.journal import max_concurrency, most_at_once
 from tests.journal import read as read_journal
 from tests.testapp.tasks import add, export, journal
@@ -43,7 +44,7 @@ def place_holder(kind: str, name: str) -> list[tuple[int | None, int | None]]:
 # -- never over the limit --------------------------------------------------------
 
 
-@MANY_CONNECTIONS
+@many_connections(50)
 def test_eight_workers_of_sixteen_threads_never_run_four_jobs_of_a_queue_limited_to_three(
     start_worker, tmp_path
 ):

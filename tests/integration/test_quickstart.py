@@ -24,7 +24,8 @@ import pytest
 from django.db import connection
 
 from tests import readme
-from tests.helpers import MANY_CONNECTIONS, ROOT
+from tests.connection_budget import many_connections
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def test_the_quickstart_in_a_fresh_virtualenv(tmp_path):
     print(f"quickstart in a fresh virtualenv: {time.monotonic() - started:.0f} s")
 
 
-@MANY_CONNECTIONS
+@many_connections(16)
 def test_make_demo_installs_the_demo_extra_only_and_tells_the_story(tmp_path):
     (demo,) = [b for b in readme.blocks() if b.kind == "demo"]
     (table,) = [b for b in readme.blocks() if b.kind == "demo-output"]

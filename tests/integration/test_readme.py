@@ -4,11 +4,11 @@ import pytest
 from django.db import connection
 
 from tests import readme
-from tests.helpers import MANY_CONNECTIONS
+from tests.connection_budget import many_connections
 
 
 @pytest.mark.integration
-@MANY_CONNECTIONS
+@many_connections(15)
 def test_the_readme_runs_from_start_to_end(tmp_path):
     database = readme.Database(server_url(), f"{connection.settings_dict['NAME']}_readme")
     database.create()

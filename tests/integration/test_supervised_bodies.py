@@ -23,7 +23,8 @@ from leasejobs.exceptions import LeaseLost
 from leasejobs.jobs.context import JobContext
 from leasejobs.models import Job, SideEffect
 from leasejobs.queues import controls
-from tests.helpers import MANY_CONNECTIONS, wait_until
+from tests.connection_budget import many_connections
+from tests.helpers import wait_until
 from tests.journal import max_concurrency, read_ticks
 from tests.journal import read as read_journal
 from tests.testapp.models import BodyRun, Sent
@@ -87,7 +88,7 @@ def test_1_a_timed_out_body_holds_its_place_until_it_has_stopped(start_worker, t
 # -- 2: a body that holds the GIL ----------------------------------------------------------
 
 
-@MANY_CONNECTIONS
+@many_connections(15)
 def test_2_a_body_holding_the_gil_for_three_leases_runs_once(start_worker):
     """Lease 2 s; one C call holds the GIL for 6 s. The heartbeat is in another process."""
     job = holds_the_gil.enqueue(6)
@@ -196,7 +197,7 @@ def test_5_a_row_python_cannot_read_fails_alone_and_its_neighbours_run(start_wor
 # -- 9: a paused worker's body under a limit ------------------------------------------------
 
 
-@MANY_CONNECTIONS
+@many_connections(15)
 def test_9_a_paused_place_holders_body_never_runs_beside_the_new_holder(start_worker, tmp_path):
     """Limit 1, lease 2 s: the worker running the body is stopped for 4 s, then resumed."""
     path = tmp_path / "journal"

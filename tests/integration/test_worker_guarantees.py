@@ -11,7 +11,8 @@ from django.db.models import Count
 from django.db.models.functions import Now
 
 from leasejobs.models import Job, SideEffect
-from tests.helpers import MANY_CONNECTIONS, WorkerProcess, wait_until
+from tests.connection_budget import many_connections
+from tests.helpers import WorkerProcess, wait_until
 from tests.testapp.models import BodyRun, Sent
 from tests.testapp.tasks import (
     big_effect_data,
@@ -68,7 +69,7 @@ def test_1_a_side_effect_block_past_the_lease_runs_once_with_one_worker(start_wo
     assert job.result == {"created": True}
 
 
-@MANY_CONNECTIONS
+@many_connections(18)
 def test_2_a_side_effect_block_past_the_lease_runs_once_with_two_workers(start_worker):
     """Once the block commits, its attempt still holds a live lease: no other worker takes it."""
     jobs = [long_effect.enqueue(f"long2:{i}", 5) for i in range(2)]

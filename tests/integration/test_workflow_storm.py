@@ -17,16 +17,18 @@ import pytest
 import leasejobs
 from leasejobs.models import Job
 from localworkers import database_url
-from tests.helpers import MANY_CONNECTIONS, WorkerProcess, wait_until
+from tests.connection_budget import many_connections
+from tests.helpers import WorkerProcess, wait_until
 from tests.testapp.models import BodyRun
 from tests.testapp.workflow_tasks import gather, storm_leaf
 
-pytestmark = [pytest.mark.django_db(transaction=True), MANY_CONNECTIONS]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 PARENTS = 1000
 STORM = ("--queue", "storm", "--concurrency", "4", "--lease", "2", "--heartbeat", "0.3")
 
 
+@many_connections(39)
 def test_a_fan_in_of_1000_parents_under_kills_and_pauses_fires_its_callback_once(start_worker):
     with leasejobs.workflow("fan-in 1000") as wf:
         parents = [wf.add(storm_leaf, args=(i, 0.1), queue="storm") for i in range(PARENTS)]
