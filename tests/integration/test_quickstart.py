@@ -27,7 +27,8 @@ from tests import readme
 from tests.connection_budget import many_connections
 from tests.helpers import ROOT
 
-pytestmark = pytest.mark.integration
+# fresh_virtualenv: .ci/run runs these in its first make test only (see there).
+pytestmark = [pytest.mark.integration, pytest.mark.fresh_virtualenv]
 
 
 def fresh_virtualenv(where: Path) -> Path:
