@@ -38,6 +38,11 @@ CHAOS_DIR = TESTS_DIR / "chaos"
 
 
 PHASES = ("all", "parallel", "serial")
+#: The files of the parallel phase's longest tests, longest first (one to four minutes
+#: each on a loaded machine: the README's every block, fresh virtualenvs, a long simulation).
+LONGEST = [
+    INTEGRATION_DIR / name for name in ("test_readme.py", "test_quickstart.py", "test_protocol_simulation.py")
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,6 +71,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if phase == "parallel":
+        # pytest-xdist hands tests out in this order: the longest first, or one
+        # started last runs on alone while the other processes have nothing left.
+        rank = {path: n for n, path in enumerate(LONGEST)}
+        items.sort(key=lambda item: rank.get(Path(item.path), len(LONGEST)))
 
 
 class GroupCheck:
