@@ -28,7 +28,7 @@ PARENTS = 1000
 STORM = ("--queue", "storm", "--concurrency", "4", "--lease", "2", "--heartbeat", "0.3")
 
 
-@many_connections(39)
+@many_connections(42)
 def test_a_fan_in_of_1000_parents_under_kills_and_pauses_fires_its_callback_once(start_worker):
     with leasejobs.workflow("fan-in 1000") as wf:
         parents = [wf.add(storm_leaf, args=(i, 0.1), queue="storm") for i in range(PARENTS)]
