@@ -47,7 +47,9 @@ from typing import Any
 
 import psycopg
 
+from bench import dbcost
 from bench.db import CLAIM_SESSION, connect
+from bench.report import database_text
 from bench.run import Bench, _worker_args, median_of
 from bench.tasks import QUEUE
 from bench.workers import WorkerGroup
@@ -321,10 +323,13 @@ def run_phases(
     with b.workers(workers, _worker_args(concurrency, prefetch)) as group:
         with sampling() as samples, b._arriving(rate) as arrivals:
             hold(WARMUP, group.check_alive)
+            checkpointed = dbcost.checkpoint(b.conn)
+            before = dbcost.read(b.conn)
             marks = {"clean": server_now(b)}
             step(f"clean: {phases.clean:g} s at {rate:,.0f} jobs/s")
             hold(phases.clean, group.check_alive)
             marks["pressure"] = server_now(b)
+            after = dbcost.read(b.conn)
             step(f"pressure ({kind}): {phases.pressure:g} s")
             with PRESSURES[kind](phases.pressure) as detail:
                 hold(phases.pressure, group.check_alive)
@@ -335,6 +340,15 @@ def run_phases(
         wait_drained(b, group)  # the jobs offered until the end, finished before the workers stop
     step("reading the run's figures from the jobs' timestamps")
     result = _figures(b, marks, samples)
+    # The clean phase's jobs arrive and leave at the same rate: its cost per
+    # job finished is the cost of a job in a steady flow, as production runs
+    # them (a bulk enqueue drained at once, leasejobs_bench's processing
+    # runs, fills pages first and claims after). CPU is not read here: the
+    # sampler's and the arrivals' backends run beside the workers'.
+    finished = round(result["phases"]["clean"]["jobs_per_s"] * phases.clean)
+    result["clean_database"] = (
+        dbcost.per_job(before, after, {}, {}, finished, checkpointed=checkpointed) if finished else None
+    )
     result.update(
         pressure=kind,
         detail=dict(detail),
@@ -574,6 +588,8 @@ def render(result: dict[str, Any]) -> str:
         )
         + f" ({RECOVERY_WINDOW} s windows: p99 and jobs/s within {pct} of clean, two in a row)",
     ]
+    if cost := result.get("clean_database"):
+        lines.append(f"database per job finished in the clean phase (a steady flow): {database_text(cost)}")
     if result["detail"]:
         lines.append(f"pressure sessions: {result['detail']}")
     return "\n".join(lines)

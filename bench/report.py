@@ -168,7 +168,7 @@ def _cost_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
                 (
                     f"database per job, processing {f['workers']}w c{f['concurrency']} "
                     f"{f['log_level'].upper()}" + (" (large table)" if f["table_rows"] else ""),
-                    _database_text(d),
+                    database_text(d),
                 )
             )
     for f in results["processing"]:
@@ -184,7 +184,7 @@ def _cost_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _database_text(d: dict[str, Any]) -> str:
+def database_text(d: dict[str, Any]) -> str:
     """One processing run's cost to PostgreSQL per job (bench/dbcost.py says how it is read)."""
     parts = [f"WAL {d['wal_bytes']:,.0f} B" + ("" if d["checkpointed"] else " (no checkpoint before)")]
     if d["wal_fpi"] is not None:

@@ -78,3 +78,17 @@ def test_the_table_names_every_index_it_was_given_and_the_verdict():
     assert "some_index: clean 2.0" in text and "another: clean 1.0" in text
     assert "within 20%" in text and "NOT" not in text
     assert "recovered 0 s after the pressure ended" in text
+    assert "clean phase" not in text  # no cost read (nothing finished): no line
+
+    cost = {
+        "wal_bytes": 1168.0,
+        "wal_fpi": 0.022,
+        "xacts": 0.29,
+        "statements": None,
+        "rows_written": 3.13,
+        "dead_rows": 2.23,
+        "pg_cpu_us": None,
+        "checkpointed": True,
+    }
+    text = render({**result, "clean_database": cost})
+    assert "clean phase (a steady flow): WAL 1,168 B, 0.022 full-page images" in text
