@@ -179,7 +179,7 @@ class Child:
                 return 0
             while self.queue:
                 job = self.queue.popleft()
-                if self.stopping or job.seq in self.revoked or time.monotonic() >= job.lease_ends:
+                if self.stopping or job.seq in self.revoked or self._too_late(job):
                     self.revoked.discard(job.seq)
                     self._unstarted.append(job.seq)
                     continue
@@ -200,6 +200,19 @@ class Child:
                     if more is None:
                         return 0
                     self._take(more)
+
+    def _too_late(self, job: BodyJob) -> bool:
+        """Whether ``job``'s body would start past its claim's lease, or past this slot's
+        watchdog deadline.
+
+        Past the deadline (its worker could not renew a lease of this child's
+        jobs: paused, cut off), the zygote stops whatever body runs here at its
+        next look: a body started now would spend a counted run on a start and
+        a kill, and could begin a side effect its job no longer holds.
+        """
+        now = time.monotonic()
+        deadline = self.slot.deadline
+        return now >= job.lease_ends or 0 < deadline <= now
 
     def _take(self, messages: list[Any]) -> None:
         for message in messages:

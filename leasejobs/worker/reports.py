@@ -157,9 +157,10 @@ class ChildReports(BodyStopping):
         elif job.cancel_requested:
             if self.held.settle(job, outcomes.cancelled_before_start(), started=False):
                 self._finish(job)
-        elif time.monotonic() >= job.lease_ends:
-            # Its lease ran out while it waited (the worker was paused): another
-            # worker may hold it now, and a place under a limit.
+        elif time.monotonic() >= job.lease_ends - rules.watchdog_margin(job.lease_seconds):
+            # Its lease ran out while it waited (the worker was paused), or is as
+            # good as out (inside the watchdog's margin, where no child starts it):
+            # another worker may hold it now, and a place under a limit.
             if self.held.drop(job):
                 self.events.lease_lost(job, "its lease ran out before its body started")
         elif self._stopping:

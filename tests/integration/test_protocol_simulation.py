@@ -456,7 +456,7 @@ class Worker:
         elif job.cancel_requested:
             if self.held.settle(job, outcomes.cancelled_before_start(), started=False):
                 self.to_finish.append(job)
-        elif self.m.t >= job.lease_ends:
+        elif self.m.t >= job.lease_ends - rules.watchdog_margin(job.lease_seconds):
             self.held.drop(job)
         elif self.stopping_at is not None:
             if self.held.give_back(job):
@@ -850,6 +850,7 @@ class Simulation(RuleBasedStateMachine):
             if (
                 flags & (STOP_FLAGS | CANCEL_REQUESTED)
                 or self.t >= job.lease_ends
+                or 0 < slot.deadline <= self.t
                 or w.stopping_at is not None
             ):
                 self.say(f"{worker} child {child} does not start {job.key}: unstarted")
