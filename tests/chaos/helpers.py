@@ -93,6 +93,7 @@ class Fleet:
     started: list[WorkerProcess] = field(default_factory=list)
     ids: dict[int, str] = field(default_factory=dict)  # pid -> worker id
     killed: set[str] = field(default_factory=set)  # ids of the workers SIGKILLed
+    paused: set[str] = field(default_factory=set)  # ids of the workers SIGSTOPped at least once
 
     def start(
         self, *extra: str, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
@@ -114,6 +115,11 @@ class Fleet:
 
     def worker_id(self, worker: WorkerProcess) -> str:
         return self.ids[worker.pid]
+
+    def pause(self, worker: WorkerProcess) -> None:
+        """SIGSTOP ``worker`` (the scenario SIGCONTs it later), and remember it was paused."""
+        worker.signal(signal.SIGSTOP)
+        self.paused.add(self.worker_id(worker))
 
     def live(self) -> list[WorkerProcess]:
         return [w for w in self.started if w.proc.poll() is None]
@@ -184,7 +190,7 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
         "duplicates found": sum(1 for n in delivered.values() if n > 1),
         "tokens held by two workers": len(shared),
         "workers": len(fleet.started),
-        "runs counted, killed before the body started": 0,
+        "runs counted, killed or paused before the body started": 0,
     }
     problems: list[str] = []
     missing = set(job_ids) - set(jobs)
@@ -201,16 +207,17 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
         elif j.status == "failed":
             # Only attempts whose body started count: a job fails once that many ran.
             # The one exception (docs/guarantees.md): a claim counts the run of a
-            # row it hands straight to an idle runner, and a SIGKILL between that
-            # claim's commit and the body's start leaves one run counted that
-            # never started; then the job's last holder was killed, and exactly
-            # one counted run is missing from the journal.
+            # row it hands straight to a child, and a SIGKILL, or a SIGSTOP past
+            # the lease, between that claim's commit and the body's start leaves
+            # one run counted that never started; then the job's last holder was
+            # killed or paused, and exactly one counted run is missing from the
+            # journal.
             killed_before_start = (
                 started[j.id] == j.runs - 1
-                and j.leased_by in fleet.killed
+                and j.leased_by in fleet.killed | fleet.paused
                 and j.last_error.startswith("lease expired on the last run")
             )
-            figures["runs counted, killed before the body started"] += killed_before_start
+            figures["runs counted, killed or paused before the body started"] += killed_before_start
             if (started[j.id] < j.max_attempts and not killed_before_start) or delivered[key] > 1:
                 problems.append(
                     f"job {j.id} failed after {started[j.id]} started attempt(s) of {j.max_attempts} "

@@ -87,7 +87,7 @@ def test_hostile_bodies_under_kills_and_pauses(start_worker, record_figures):
                 fleet.start()
             elif len(running) > 1:
                 victim = random.choice(running)
-                victim.signal(signal.SIGSTOP)
+                fleet.pause(victim)
                 paused[victim] = now + random.uniform(2.0, 3.0)
                 pauses += 1
         time.sleep(0.1)

@@ -73,7 +73,7 @@ def test_limits_storm(start_worker, record_figures, tmp_path: Path):
                 kills += 1
                 fleet.start()
             else:
-                victim.signal(signal.SIGSTOP)
+                fleet.pause(victim)
                 stopped[victim] = now + LEASE * 2.5
                 stops += 1
             next_blow = now + random.uniform(1.0, 2.0)

@@ -117,7 +117,7 @@ def test_mixed_storm(start_worker, record_figures):
                 fleet.start()
             elif event == "pause" and len(running) > 1:  # someone must be there to take over
                 victim = random.choice(running)
-                victim.signal(signal.SIGSTOP)
+                fleet.pause(victim)
                 paused[victim] = now + random.uniform(2.0, 3.0)
                 pauses += 1
             else:

@@ -35,7 +35,7 @@ def test_pause_storm(start_worker, record_figures):
         # At most two of three stopped at once: someone must be there to take over.
         if now >= next_pause and len(running) > 1:
             victim = random.choice(running)
-            victim.signal(signal.SIGSTOP)
+            fleet.pause(victim)
             paused[victim] = now + random.uniform(2 * LEASE, 3 * LEASE)  # well past its lease
             pauses += 1
             next_pause = now + random.uniform(1.2, 1.8)

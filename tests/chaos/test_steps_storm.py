@@ -55,7 +55,7 @@ def test_steps_storm(start_worker, record_figures):
             kills += 1
             fleet.start()
         else:
-            victim.signal(signal.SIGSTOP)
+            fleet.pause(victim)
             paused[victim] = now + random.uniform(2 * LEASE, 3 * LEASE)
             pauses += 1
     for w in paused:

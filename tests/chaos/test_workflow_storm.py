@@ -52,7 +52,7 @@ def test_workflow_storm(start_worker, record_figures):
                 workers[workers.index(victim)] = fleet.start()
                 kills += 1
             else:
-                victim.signal(signal.SIGSTOP)
+                fleet.pause(victim)
                 paused[victim] = now + random.uniform(2 * LEASE, 3 * LEASE)
                 pauses += 1
             next_blow = now + random.uniform(1.2, 1.8)
