@@ -386,7 +386,11 @@ def run_leasejobs_bench(args: argparse.Namespace, *options: str) -> dict[str, An
         "--jobs",
         str(args.jobs),
     ]
-    out = subprocess.run([*cmd, *options], cwd=args.project, check=True, capture_output=True, text=True)
+    out = subprocess.run([*cmd, *options], cwd=args.project, capture_output=True, text=True)
+    if out.returncode != 0:
+        # Its own error (a database missing, say) is the last line of what it printed.
+        said = (out.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        raise SystemExit(f"leasejobs_bench exited {out.returncode}: {said}")
     return dict(json.loads(out.stdout))
 
 
