@@ -3,17 +3,22 @@
 The same order always renders to the same bytes (the creation date is the
 order's, not the clock's), so a retried send with an idempotency key is the
 same request as the first one.
+
+fpdf2 is imported where a receipt is rendered, not with the module: it takes
+about 0.2 s to import (numpy and fontTools with it), which every
+``runworker`` and ``manage.py`` command of the demo would otherwise pay at
+start, whether or not it renders a receipt.
 """
 
 import time
-
-from fpdf import FPDF
 
 from demo_site.receipts.models import Order
 
 
 def render_receipt(order: Order, delay: float = 0.0) -> bytes:
     """Render the receipt of ``order``; ``delay`` stands for a slow PDF service."""
+    from fpdf import FPDF
+
     time.sleep(delay)
     pdf = FPDF()
     pdf.set_creation_date(order.created_at)
