@@ -29,27 +29,29 @@ from leasejobs.db.sql import workers
 #: migration's ALTER TABLE must not wedge the worker.
 LOCK_TIMEOUT_MS = 5000
 
-#: The claim must walk its partial index in claim order and stop after LIMIT
-#: rows. Right after a bulk enqueue the table's statistics still say "a few
-#: rows", and the planner then prefers to read every queued row and sort
-#: them: 40 ms instead of 2 ms per claim at 50,000 queued jobs, and worse as
-#: the queue grows. The claim connection runs nothing but the claim (and the
-#: rare start mark, a primary-key probe), so it simply takes the other plans
-#: away. The queue controls' tables are tiny and read by sequential scan
-#: all the same (there is no other plan), which the switched-off plans price
-#: at 10^10: JIT compilation would then start on every claim (seconds on a
-#: loaded machine), so JIT is off for the claim.
+#: Every statement of the worker's claim, heartbeat and finish connections
+#: is an index walk or a primary-key probe per job, and none of them may
+#: become a sequential scan, whatever the table's statistics say. Right after
+#: a burst into an empty table they still say "a few rows" (and a statement
+#: planned generically then keeps that plan until the next VACUUM or ANALYZE
+#: of the table): the claim read every queued row and sorted them (40 ms instead
+#: of 2 ms per claim at 50,000 queued jobs), and a finish of 500 outcomes ran
+#: a sequential scan of the whole table per outcome (2 to 3 s instead of
+#: 20 ms, measured on 4 December in a steady flow of 2,000 jobs/s into an
+#: empty table: outcomes waited seconds to be written, so the heartbeat
+#: renewed thousands of them, and the flow fell to 500 jobs/s at three times
+#: the WAL per job). These connections run nothing else, so the other plans
+#: are simply taken away. The queue controls' tables are tiny and read by
+#: sequential scan all the same (there is no other plan), which the
+#: switched-off plans price at 10^10: JIT compilation would then start on
+#: every statement (seconds on a loaded machine), so JIT is off too.
 #:
 #: Each of these settings holds for every statement of its connection (see
 #: ``WorkerConnection``: startup options on a direct connection, one
 #: transaction's ``set_config(..., true)`` through a transaction pooler).
-CLAIM_SETTINGS = {
-    "enable_seqscan": "off",
-    "enable_bitmapscan": "off",
-    "jit": "off",
-    "lock_timeout": str(LOCK_TIMEOUT_MS),
-}
-FINISH_SETTINGS = {"lock_timeout": str(LOCK_TIMEOUT_MS)}
+LOOKUP_PLANS = {"enable_seqscan": "off", "enable_bitmapscan": "off", "jit": "off"}
+CLAIM_SETTINGS = {**LOOKUP_PLANS, "lock_timeout": str(LOCK_TIMEOUT_MS)}
+FINISH_SETTINGS = {**LOOKUP_PLANS, "lock_timeout": str(LOCK_TIMEOUT_MS)}
 
 #: A limited claim looks at this many candidates per job it wants (at least
 #: ``LIMITED_SCAN_MIN``): some candidates get no place (their key's places
@@ -61,7 +63,7 @@ LIMITED_SCAN_MIN = 32
 def heartbeat_settings(timeout_seconds: float) -> dict[str, str]:
     """A heartbeat never waits long: not on a lock, not on a slow server."""
     ms = str(max(1000, int(timeout_seconds * 1000)))
-    return {"statement_timeout": ms, "lock_timeout": ms}
+    return {**LOOKUP_PLANS, "statement_timeout": ms, "lock_timeout": ms}
 
 
 class ClaimedRow(NamedTuple):

@@ -6,6 +6,7 @@ job in one finish batch, the claim's run counting and synchronous commit.
 """
 
 import threading
+import time
 
 import psycopg
 import pytest
@@ -329,3 +330,49 @@ def test_a_job_is_unfinished_exactly_while_it_has_no_finish_time():
     with pytest.raises(IntegrityError, match="leasejobs_job_finished_iff_ended"), transaction.atomic():
         Job.objects.filter(id=job.id).update(status=Job.Status.DONE)
     Job.objects.filter(id=job.id).update(status=Job.Status.DONE, finished_at=Now())
+
+
+def _seq_scans() -> int:
+    """Sequential scans of the job table so far, as every exited backend reported them."""
+    with psycopg.connect(**connection_params(), autocommit=True) as reader:
+        reader.execute("SELECT pg_stat_clear_snapshot()")
+        row = reader.execute(
+            "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'leasejobs_job'"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_statements_planned_on_an_empty_table_never_scan_it_once_jobs_pour_in(store):
+    """Claims, heartbeats and finishes are prepared on the worker's connections, and a
+    statement planned generically keeps its plan until the next VACUUM or ANALYZE. Planned
+    while the statistics said "empty", a finish once read the whole table per outcome
+    (seconds per batch in a steady flow, docs/performance.md): each must find its rows
+    through an index however few rows the statistics say there are."""
+    with psycopg.connect(**connection_params(), autocommit=True) as conn:
+        conn.execute("TRUNCATE leasejobs_job CASCADE")
+        conn.execute("ANALYZE leasejobs_job")  # the statistics say: no rows
+    before = _seq_scans()
+    s = store("plans")
+    for i in range(8):  # past the 5 custom plans after which PostgreSQL may keep a generic one
+        record.enqueue(i)
+        (row,) = claim(s, limit=1, counted=1)
+        key = Attempt(row.id, row.attempt)
+        s.heartbeat([(key, 30.0)], [0])
+        s.finish([(key, Outcome(status="done"), False)])
+    record.bulk_enqueue_ids([((i,), {}) for i in range(3000)])
+    rows = claim(s, limit=500, counted=500)
+    keys = [Attempt(r.id, r.attempt) for r in rows]
+    s.heartbeat([(k, 30.0) for k in keys], [0] * len(keys))
+    assert all(r.written for r in s.finish([(k, Outcome(status="done"), False) for k in keys]))
+    s.close()  # a backend reports its counts as it exits
+    with psycopg.connect(**connection_params(), autocommit=True) as conn:
+        for _ in range(100):
+            if not conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'leasejobs % plans'"
+            ).fetchone():
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the store's connections did not end within 5 s")
+    assert _seq_scans() == before
