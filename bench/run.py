@@ -62,11 +62,13 @@ class Workload:
 
     def ideal(self, workers: int, concurrency: int) -> float | None:
         """Jobs/s with a queue that costs nothing: every runner always waiting (io),
-        every process one busy core (cpu); None for no-ops."""
+        every child process one busy core, as many as the machine has cores (cpu: a
+        worker runs each of its ``concurrency`` bodies in a child process of its own);
+        None for no-ops."""
         if self.kind in ("io", "pause"):
             return workers * concurrency / self.seconds
         if self.kind == "cpu":
-            return workers / self.seconds
+            return min(workers * concurrency, os.cpu_count() or 1) / self.seconds
         return None
 
 

@@ -93,11 +93,15 @@ class Work:
         #: The peers' entrypoint or task name (leasejobs' bench tasks have the same).
         self.name = {"noop": "noop", "io": "sleep", "cpu": "spin"}[kind]
 
-    def ideal(self, processes: int, concurrency: int) -> float | None:
+    def ideal(self, processes: int, concurrency: int, *, children: bool = False) -> float | None:
+        """Every runner always waiting (io); every busy process one core, as many as the
+        machine has (cpu). ``children``: each of a process's ``concurrency`` bodies runs
+        in a child process of its own (leasejobs), so CPU-bound bodies use that many cores."""
         if self.kind == "io":
             return processes * concurrency / self.seconds
         if self.kind == "cpu":
-            return processes / self.seconds
+            busy = processes * concurrency if children else processes
+            return min(busy, os.cpu_count() or 1) / self.seconds
         return None
 
     def describe(self) -> str:
@@ -584,7 +588,7 @@ def main() -> None:
             rows.append(("processing", "leasejobs", config, f["median"], f["runs"]))
             if f.get("database"):
                 costs[("leasejobs", config)] = f["database"]
-            ideals[("leasejobs", config)] = work.ideal(f["workers"], f["concurrency"])
+            ideals[("leasejobs", config)] = work.ideal(f["workers"], f["concurrency"], children=True)
             if stolen := [x for x in f.get("steal", []) if x is not None]:
                 steals[("leasejobs", config)] = max(stolen)
         for r in lj.get("raw_sql", []):
