@@ -49,11 +49,15 @@ class Timings:
 
 
 FULL = Timings(lease=3.0, slow=10.0, pause=5.0)
-# For the test: the same outcomes in about a third of the time. The second
-# worker must take the job over before the slow attempt ends: its lease runs
-# out after 1 s, and an idle worker looks for expired leases every second
-# (LEASEJOBS["POLL_INTERVAL_SECONDS"]), which leaves 1.5 s for a busy machine.
-FAST = Timings(lease=1.0, slow=3.5, pause=1.5)
+# For the test: the same outcomes in under half the time. The second worker
+# must take the job over before the slow attempt ends: its lease runs out
+# after 1.5 s, and an idle worker looks for expired leases every second
+# (LEASEJOBS["POLL_INTERVAL_SECONDS"]), which leaves 2 s for a busy machine.
+# A heartbeating worker must get one renewal through within 1.35 s of its
+# claim (the zygote kills a body 0.15 s before the lease it knows ends): a
+# 1 s lease was too short for a machine running the suite in four processes,
+# where a healthy worker once lost its body to its own zygote.
+FAST = Timings(lease=1.5, slow=4.5, pause=2.0)
 
 
 @dataclass(frozen=True)
