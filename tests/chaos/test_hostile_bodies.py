@@ -26,12 +26,12 @@ from tests.helpers import WorkerProcess
 WORKERS = 3
 #: (task, args, how many)
 MIX = [
-    (tasks.effect, (0.3,), 60),
-    (tasks.gil_hog, (0.2,), 12),
-    (tasks.crash_once, ("segfault", 0.2), 18),
-    (tasks.crash_once, ("exit", 0.2), 18),
-    (tasks.crash_once, ("memory", 0.2), 18),
-    (tasks.keeps_memory, (60, 0.2), 18),
+    (tasks.effect, (0.3,), 45),
+    (tasks.gil_hog, (0.2,), 9),
+    (tasks.crash_once, ("segfault", 0.2), 14),
+    (tasks.crash_once, ("exit", 0.2), 14),
+    (tasks.crash_once, ("memory", 0.2), 14),
+    (tasks.keeps_memory, (60, 0.2), 14),
 ]
 
 #: What the first attempt of each crashing kind leaves in the job's errors.

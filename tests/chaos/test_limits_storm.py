@@ -30,7 +30,7 @@ from tests.chaos.tasks import journaled_effect
 from tests.helpers import WorkerProcess
 from tests.journal import most_at_once, read, read_unbacked
 
-JOBS = 300
+JOBS = 180
 WORKERS = 4
 LIMIT = 3
 LEASE = 1.0

@@ -35,11 +35,11 @@ WORKERS = 3
 ROUNDS = 4
 #: (task, args, how many), each a multiple of ROUNDS
 MIX = [
-    (tasks.effect, (0.3,), 100),
-    (tasks.short_lease, (2.5,), 40),
-    (tasks.long_block, (2.5,), 24),
-    (tasks.cancellable, (2.0,), 24),
-    (tasks.nul_result, (), 12),
+    (tasks.effect, (0.3,), 80),
+    (tasks.short_lease, (2.5,), 32),
+    (tasks.long_block, (2.5,), 16),
+    (tasks.cancellable, (2.0,), 20),
+    (tasks.nul_result, (), 8),
 ]
 
 #: Ask running cancellable jobs to stop, as the admin's cancel action does;

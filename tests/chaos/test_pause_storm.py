@@ -14,7 +14,7 @@ import time
 from tests.chaos.helpers import Fleet, check, enqueue_effects, resume_due, unfinished, wait_finished
 from tests.helpers import WorkerProcess
 
-JOBS = 240
+JOBS = 180
 WORKERS = 3
 LEASE = 1.0
 

@@ -19,7 +19,7 @@ from tests.chaos.helpers import Fleet, check_steps, resume_due, unfinished, wait
 from tests.helpers import WorkerProcess
 from tests.testapp.step_tasks import chaos_key, chaos_steps
 
-JOBS = 200
+JOBS = 150
 WORKERS = 3
 LEASE = 1.0
 
