@@ -94,6 +94,10 @@ class Job(models.Model):
 
     class Meta:
         db_table = "leasejobs_job"
+        # Besides these, migration 0012 makes leasejobs_job_task_bloom, a BRIN
+        # bloom index on task_name for the admin's search by task name
+        # (leasejobs.admin.task_search), in SQL: Django's BrinIndex would ask
+        # every project to install django.contrib.postgres.
         indexes = [
             # The claim's index: only unfinished (queued and running) rows, in
             # claim order. Its predicate names finished_at, not status, so a

@@ -24,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from leasejobs.admin import actions, job_page, lease, page_actions, retry_matching, steps
+from leasejobs.admin import actions, job_page, lease, page_actions, retry_matching, steps, task_search
 from leasejobs.admin.filters import LeaseStateFilter, QueueFilter
 from leasejobs.admin.paginator import EstimatedCountPaginator
 from leasejobs.models import Job, SideEffect, Slot
@@ -157,7 +157,10 @@ class JobAdmin(BigTableAdmin):
     empty_value_display = "—"
     list_filter = ["status", QueueFilter, LeaseStateFilter]
     search_fields = ["task_name", "idempotency_key"]
-    search_help_text = "A job id, an exact idempotency key, or else part of a task name."
+    search_help_text = (
+        "A job id, an exact idempotency key, a task's full name, or part of the name of a task "
+        "this project registers, schedules or runs often."
+    )
     # Only the primary key has an index fit for ordering a big table.
     sortable_by = ["id"]
     actions = [actions.retry_now, actions.cancel, actions.release_lease]
@@ -208,10 +211,12 @@ class JobAdmin(BigTableAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        """A job id or an exact idempotency key (both indexed), else part of a task name.
+        """A job id or an exact idempotency key (both indexed), else a task name or part of one.
 
-        The task-name match reads the table; it is tried only when no job has
-        the term as its key, so a key search stays an index lookup.
+        The task-name search is tried only when no job has the term as its
+        key; it matches the names the project knows (``task_search``) and
+        finds their jobs through the task-name bloom index, never by reading
+        the whole table.
         """
         term = search_term.strip()
         if not term:
@@ -220,7 +225,7 @@ class JobAdmin(BigTableAdmin):
             return queryset.filter(Q(pk=int(term)) | Q(idempotency_key=term)), False
         if Job.objects.filter(idempotency_key=term).exists():
             return queryset.filter(idempotency_key=term), False
-        return queryset.filter(task_name__icontains=term), False
+        return task_search.by_task_name(queryset, term), False
 
     # -- columns --------------------------------------------------------------
 

@@ -351,6 +351,13 @@ def table_estimate(alias: str, table: str) -> Row | None:
     return row
 
 
+def common_values(alias: str, table: str, column: str) -> list[str]:
+    """The most common values of ``table.column`` in ``alias``, as ANALYZE last sampled them."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(conn_sql.COMMON_VALUES, [table, column])
+        return [value for (value,) in cursor.fetchall()]
+
+
 def periodic(statement: str, params: Mapping[str, Any]) -> list[Row]:
     """One statement of the periodic scheduler (``sql.periodic``), in autocommit."""
     return _rows(statement, params)

@@ -12,6 +12,7 @@ import re
 import time
 
 import pytest
+from django.contrib import admin as django_admin
 from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models.functions import Now
@@ -20,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from leasejobs.admin import paginator
-from leasejobs.models import Job, SideEffect
+from leasejobs.models import Job, PeriodicSchedule, SideEffect
 from tests.adminpages import (
     CHANGELIST,
     OVERVIEW,
@@ -118,19 +119,50 @@ def test_filters_by_lease_state_status_and_queue(admin_client):
 
 @pytest.mark.django_db
 def test_search_by_id_idempotency_key_or_part_of_a_task_name(admin_client):
-    a = make_job(task_name="shop.tasks.send_receipt", idempotency_key="order:42")
-    b = make_job(task_name="shop.tasks.render_pdf", idempotency_key=str(10**6))
-    c = make_job(task_name="shop.tasks.render_pdf_order:42_twice")
+    a = make_job(task_name="tests.testapp.tasks.receipt", idempotency_key="order:42")
+    b = make_job(task_name="tests.testapp.tasks.naive_receipt", idempotency_key=str(10**6))
+    c = make_job(task_name="tests.testapp.tasks.add", idempotency_key="add:order:42_twice")
 
     def found(term: str) -> set[int]:
         return ids_on(page(admin_client, f"{CHANGELIST}?q={term}"))
 
     assert found(str(a.pk)) == {a.pk}
     assert found(str(10**6)) == {b.pk}  # a numeric key
-    assert found("order:42") == {a.pk}  # an exact key wins over task names containing it
-    assert found("render_pdf") == {b.pk, c.pk}
-    assert found("SEND_RECEIPT") == {a.pk}
+    assert found("order:42") == {a.pk}  # an exact key wins over anything containing it
+    assert found("receipt") == {a.pk, b.pk}  # part of registered tasks' names
+    assert found("NAIVE_RECEIPT") == {b.pk}
+    assert found("tasks.add") == {c.pk}
     assert found("9" * 30) == set()  # past bigint: no error, no match
+    assert found("no_such_task") == set()
+
+
+@pytest.mark.django_db
+def test_a_task_name_search_finds_names_scheduled_common_or_given_in_full(admin_client):
+    # Tasks no longer in the code: found by part of their name when a periodic schedule
+    # names them or the table's statistics count them common, and by their full name always.
+    gone = [make_job(task_name="shop.tasks.render_pdf") for _ in range(3)]
+    scheduled = make_job(task_name="shop.tasks.nightly_report")
+    rare = make_job(task_name="shop.tasks.weekly_digest")
+    PeriodicSchedule.objects.create(
+        name="nightly",
+        task_name="shop.tasks.nightly_report",
+        cron="0 3 * * *",
+        timezone="UTC",
+        signature="x",
+        declared_at=Now(),
+        last_tick=Now(),
+    )
+
+    def found(term: str) -> set[int]:
+        return ids_on(page(admin_client, f"{CHANGELIST}?q={term}"))
+
+    assert found("nightly") == {scheduled.pk}
+    assert found("render_pdf") == set()  # not registered, scheduled or known common yet
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE leasejobs_job")  # sees this transaction's rows
+    assert found("render_pdf") == {j.pk for j in gone}
+    assert found("weekly") == set()  # one job of a task the project no longer has
+    assert found("shop.tasks.weekly_digest") == {rare.pk}  # its full name finds it
 
 
 @pytest.mark.django_db
@@ -551,3 +583,27 @@ def test_the_side_effect_list_shows_key_job_token_and_time(admin_client):
 
 
 # -- with real workers ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_search_for_a_rare_task_reads_the_pages_its_bloom_index_names_not_the_table():
+    # 200,000 jobs of four tasks and three of a rare one: the search's rows come from a
+    # bitmap of the task-name bloom index, never a scan of the whole table.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO leasejobs_job (task_name, queue, priority, args, kwargs, status, attempt,"
+            " max_attempts, run_at, leased_by, cancel_requested, last_error, errors, worker_ids,"
+            " created_at, finished_at)"
+            " SELECT CASE WHEN g % 70000 = 1 THEN 'shop.tasks.weekly_digest'"
+            "             ELSE 'shop.tasks.t' || g % 4 END,"
+            " 'default', 0, '[]', '{}', 'done', 1, 5, now(), '', false, '', '[]', '[]', now(), now()"
+            " FROM generate_series(1, 200000) AS g"
+        )
+        cursor.execute("ANALYZE leasejobs_job")
+        cursor.execute("SELECT brin_summarize_new_values('leasejobs_job_task_bloom')")
+    found, _ = django_admin.site._registry[Job].get_search_results(
+        None, Job.objects.order_by("-id"), "shop.tasks.weekly_digest"
+    )
+    assert found.count() == 3
+    plan = found[:101].explain()
+    assert "leasejobs_job_task_bloom" in plan and "Seq Scan" not in plan, plan

@@ -15,6 +15,16 @@ STATEMENT_NOW = "SELECT statement_timestamp()"
 #: The planner's count of a table's rows (-1 before its first ANALYZE).
 TABLE_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
 
+#: The most common values of a text column, as the table's last ANALYZE
+#: sampled them (``pg_stats``; none before the first ANALYZE).
+COMMON_VALUES = """
+SELECT unnest(s.most_common_vals::text::text[])
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname
+WHERE c.oid = %s::regclass AND s.attname = %s
+"""
+
 #: JIT off for this transaction (``leasejobs.testing``'s claims inside a test's transaction).
 JIT_OFF_LOCAL = "SELECT set_config('jit', 'off', true)"
 
