@@ -46,7 +46,9 @@ INSERT INTO leasejobs_job (
     lease_until, leased_by, heartbeat_at, cancel_requested, idempotency_key, last_error,
     errors, worker_ids, result, created_at, started_at, finished_at)
 SELECT
-    'shop.tasks.' || (ARRAY['send_receipt', 'render_pdf', 'sync_stock', 'charge_card'])[1 + g %% 4],
+    CASE WHEN g %% 100000 = 7 THEN 'shop.tasks.weekly_report'  -- a rare task, once per 100,000 jobs
+         ELSE 'shop.tasks.' || (ARRAY['send_receipt', 'render_pdf', 'sync_stock', 'charge_card'])[1 + g %% 4]
+    END,
     (ARRAY['default', 'receipts', 'pdf', 'stock', 'payments'])[1 + g %% 5],
     0, jsonb_build_array(g, 'order-' || g), '{}'::jsonb, s.status,
     CASE WHEN s.status = 'queued' THEN 0 ELSE 1 + g %% 3 END, 5,
@@ -83,6 +85,7 @@ PAGES = [
     ("search: an idempotency key", "/admin/leasejobs/job/?q=order:500000"),
     ("search: part of a task name", "/admin/leasejobs/job/?q=charge"),
     ("search: a task name nowhere", "/admin/leasejobs/job/?q=no_such_task"),
+    ("search: a rare task's full name", "/admin/leasejobs/job/?q=shop.tasks.weekly_report"),
     ("job page", "/admin/leasejobs/job/{last_id}/change/"),
     ("job page, a failed job", "/admin/leasejobs/job/{failed_id}/change/"),
     ("overview", "/admin/leasejobs/joboverview/"),
