@@ -173,8 +173,8 @@ def test_downtime_then_restart_under_each_catch_up_mode(start_worker):
     schedules = [
         {"task": STAMP, "cron": "*/3 * * * * *", "name": "latest", "catch_up": "latest"},
         {"task": STAMP, "cron": "*/3 * * * * *", "name": "all", "catch_up": "all"},
-        # On time until half its period (10 s) has passed.
-        {"task": STAMP, "cron": "*/20 * * * * *", "name": "none", "catch_up": "none"},
+        # On time until half its period (5 s) has passed.
+        {"task": STAMP, "cron": "*/10 * * * * *", "name": "none", "catch_up": "none"},
     ]
     first = start_worker(env=env_for(schedules))
     wait_until(lambda: all(ticks_of(n) for n in ("latest", "all", "none")), timeout=60, what="first ticks")
@@ -182,9 +182,11 @@ def test_downtime_then_restart_under_each_catch_up_mode(start_worker):
     first.wait()
     down_at = db_now()
     before = {n: ticks_of(n)[-1] for n in ("latest", "all", "none")}
-    # Down over a */20 tick, and back 11 s after it: too late for "none" (and 3+ */3 ticks missed).
-    missed_none = cron_ticks(down_at, down_at + 20 * SECOND, 20)[0]
-    wait_until(lambda: db_now() >= missed_none + 11 * SECOND, timeout=40, interval=0.1)
+    # Down over a */10 tick, back 6 s after it (too late for "none") and 10 s after the kill at
+    # the earliest (3+ */3 ticks missed).
+    missed_none = cron_ticks(down_at, down_at + 10 * SECOND, 10)[0]
+    back = max(missed_none + 6 * SECOND, down_at + 10 * SECOND)
+    wait_until(lambda: db_now() >= back, timeout=40, interval=0.1)
     restarted = db_now()
     assert (restarted - down_at).total_seconds() >= 10
     second = start_worker(env=env_for(schedules))
@@ -207,7 +209,7 @@ def test_downtime_then_restart_under_each_catch_up_mode(start_worker):
     gap = cron_ticks(before["latest"], first_after, 3)
     assert len(gap) >= 3, gap
     assert [t for t in latest_ticks if before["latest"] < t <= first_after] == [first_after]
-    # "none": the tick that came 11+ s before the restart is dropped; the next one runs.
+    # "none": the tick that came 6+ s before the restart is dropped; the next one runs.
     none_ticks = ticks_of("none")
     assert missed_none not in none_ticks
     assert none_ticks[-1] > restarted
