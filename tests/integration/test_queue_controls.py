@@ -51,18 +51,18 @@ def test_eight_workers_of_sixteen_threads_never_run_four_jobs_of_a_queue_limited
     """Thousands of short jobs, 128 runner threads racing for 3 places: never 4 at once."""
     path = tmp_path / "journal"
     controls.set_limits("pdf", concurrency=3)
-    enqueue_journal(path, 2000, 0.002, "pdf")
+    enqueue_journal(path, 1200, 0.002, "pdf")
     workers = [start_worker("--concurrency", "16", "--queue", "pdf", "-v", "2") for _ in range(8)]
-    deadline = time.monotonic() + 60  # all 2000, or what a minute allows on a loaded machine
-    wait_until(lambda: done("pdf") == 2000 or time.monotonic() > deadline, timeout=120, interval=0.5)
+    deadline = time.monotonic() + 60  # all 1200, or what a minute allows on a loaded machine
+    wait_until(lambda: done("pdf") == 1200 or time.monotonic() > deadline, timeout=120, interval=0.5)
     for worker in workers:
         worker.signal(signal.SIGTERM)
     for worker in workers:
         assert worker.wait(timeout=60) == 0, worker.log()[-2000:]
     _, ends, _ = read_journal(path)
-    assert len(ends) >= 1000, f"only {len(ends)} jobs ran in a minute"
+    assert len(ends) >= 600, f"only {len(ends)} jobs ran in a minute"
     assert max_concurrency(path) == 3
-    assert sum(w.count(r"claimed job=") for w in workers) >= 1000
+    assert sum(w.count(r"claimed job=") for w in workers) >= 600
 
 
 # -- tied to the lease -------------------------------------------------------------
