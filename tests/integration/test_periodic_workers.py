@@ -259,7 +259,7 @@ def test_two_deploys_side_by_side_with_different_schedule_sets(start_worker):
         w.wait_for_log(r"worker started", timeout=60)
     both_from = db_now() + 2 * SECOND
     wait_until(
-        lambda: ticks_of("shared")[-1] >= both_from + 12 * SECOND, timeout=90, what="a run side by side"
+        lambda: ticks_of("shared")[-1] >= both_from + 8 * SECOND, timeout=90, what="a run side by side"
     )
     stop_all(old + new)
 
