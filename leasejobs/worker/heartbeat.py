@@ -67,7 +67,10 @@ class Heartbeater:
         return rules.heartbeat_interval(self.interval_option, shortest)
 
     def run(self) -> None:
-        first = True
+        # The liveness row is written at once, not one interval in: a worker
+        # just started is live for `leasejobs_health --worker` and the admin.
+        if self.enabled:
+            self._alive(self.interval(self.held.to_beat()), first=True)
         while not self._stop.is_set():
             jobs = self.held.to_beat()
             now = time.monotonic()
@@ -78,8 +81,7 @@ class Heartbeater:
                     self._last_beat = now
                     if jobs:
                         self._beat(jobs, lag=now - next_beat)
-                    self._alive(self.interval(jobs), first=first)
-                    first = False
+                    self._alive(self.interval(jobs), first=False)
                     next_beat = now + self.interval(jobs)
                 wake_at = min(wake_at, next_beat)
             self._summarize(now)

@@ -230,6 +230,18 @@ def test_the_worker_probe_fails_while_the_worker_is_paused(start_worker):
     assert health("--worker").returncode == 1  # a clean stop deletes its row
 
 
+def test_a_worker_is_live_as_soon_as_it_has_started_not_one_heartbeat_later(start_worker):
+    # The default lease (30 s) heartbeats every 10 s: the probe must not fail for those
+    # first 10 s (a liveness probe would restart the pod; the admin would show no worker).
+    worker = start_worker()
+    worker.wait_for_log(r"worker started worker=")
+    began = time.monotonic()
+    wait_until(lambda: health("--worker").returncode == 0, 30, interval=0.2, what="the worker live")
+    assert time.monotonic() - began < 5.0
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_queue_probe_checks_the_oldest_due_job_and_expired_leases():
     assert health("--queue").stdout.startswith("OK: queue lag 0 s, 0 expired lease(s)")
