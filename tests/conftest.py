@@ -74,8 +74,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if phase == "parallel":
         # pytest-xdist hands tests out in this order: the longest first, or one
         # started last runs on alone while the other processes have nothing left.
+        # Then the group of the tests that need most connections (one process runs them
+        # one after another: tests/connection_budget.py), the smallest needs first, as they
+        # fit beside the longest tests' own.
         rank = {path: n for n, path in enumerate(LONGEST)}
-        items.sort(key=lambda item: rank.get(Path(item.path), len(LONGEST)))
+        items.sort(key=lambda item: (rank.get(Path(item.path), len(LONGEST)), _large_need(item)))
+
+
+def _large_need(item: pytest.Item) -> int:
+    """The test's need of connections if it is in the large group, else more than any need."""
+    need = connection_budget.need_of(item)
+    return need if need is not None and need > connection_budget.LARGE else connection_budget.BUDGET + 1
 
 
 class GroupCheck:

@@ -24,11 +24,14 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 #: The most connections a test not marked opens at once, over its processes (13 measured in
 #: December 2026, by several tests of workers taking over each other's leases).
@@ -39,9 +42,26 @@ BUDGET = 90
 WAIT = 1200.0
 
 
-def many_connections(need: int) -> pytest.MarkDecorator:
-    """Mark a test that opens up to ``need`` connections at once (its measured peak plus a margin)."""
-    return pytest.mark.many_connections(need)
+#: A test that needs more than this can never run beside another such test while the
+#: two other processes (make test's default four) run ordinary ones: 2 x 33 + 2 x 13 > 90.
+LARGE = (BUDGET - 2 * ORDINARY) // 2
+#: The pytest-xdist group of those tests (``--dist loadgroup``): one process runs them one
+#: after another. Left to any process, each waited in its setup until the one running
+#: elsewhere was done, its process idle meanwhile (124 s of setups in one December run).
+LARGE_GROUP = "many_connections"
+
+
+def many_connections(need: int) -> Callable[[T], T]:
+    """Mark a test that opens up to ``need`` connections at once (its measured peak plus a margin).
+
+    Past ``LARGE`` it also joins ``LARGE_GROUP``.
+    """
+
+    def mark(test: T) -> T:
+        marked: T = pytest.mark.many_connections(need)(test)
+        return pytest.mark.xdist_group(LARGE_GROUP)(marked) if need > LARGE else marked
+
+    return mark
 
 
 def need_of(item: pytest.Item) -> int | None:

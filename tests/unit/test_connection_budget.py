@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.connection_budget import BUDGET, ORDINARY, fits, hold, many_connections
+from tests.connection_budget import BUDGET, LARGE, LARGE_GROUP, ORDINARY, fits, hold, many_connections
 
 
 def test_a_test_fits_beside_the_others_counted_at_their_need_or_at_ordinary():
@@ -53,5 +53,15 @@ def test_a_need_over_the_whole_budget_fails_at_once(tmp_path):
         pass
 
 
-def test_the_mark_carries_the_need():
-    assert many_connections(20).mark.args == (20,)
+def test_the_mark_carries_the_need_and_the_needs_no_two_can_share_join_one_group():
+    def marks(need: int) -> dict[str, tuple[object, ...]]:
+        def a_test() -> None: ...
+
+        return {m.name: m.args for m in many_connections(need)(a_test).pytestmark}
+
+    assert marks(20) == {"many_connections": (20,)}
+    assert marks(LARGE) == {"many_connections": (LARGE,)}
+    assert marks(LARGE + 1) == {"many_connections": (LARGE + 1,), "xdist_group": (LARGE_GROUP,)}
+    # Two needs past LARGE never fit at once beside two ordinary processes; LARGE and LARGE do.
+    assert not fits({1: LARGE + 1}, LARGE + 1, 4)
+    assert fits({1: LARGE}, LARGE, 4)
