@@ -58,7 +58,9 @@ class Job(models.Model):
         default=list, blank=True, help_text="One entry per failed attempt, with its traceback."
     )
     worker_ids = models.JSONField(
-        default=list, blank=True, help_text="The worker that held each attempt, in order."
+        default=list,
+        blank=True,
+        help_text="Workers of the earlier attempts, in order; the latest's is leased_by.",
     )
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -137,6 +139,21 @@ class Job(models.Model):
                 name="leasejobs_job_finished_iff_ended",
             ),
         ]
+
+    @property
+    def attempt_workers(self) -> list[str]:
+        """The worker of each claim, in order.
+
+        A claim writes its worker to ``leased_by`` only; ``worker_ids`` gets a
+        holder when the next claim replaces it, so a job claimed once carries
+        one copy of its worker id in each row version (the WAL of a job,
+        docs/performance.md). Rows claimed before migration 0013 list every
+        claim's worker, the latest included; those are read as they are.
+        """
+        workers = [str(w) for w in self.worker_ids] if isinstance(self.worker_ids, list) else []
+        if self.leased_by and len(workers) < self.attempt:
+            workers.append(self.leased_by)
+        return workers
 
     def __str__(self) -> str:
         return f"{self.task_name}#{self.id} ({self.status}, attempt {self.attempt})"

@@ -8,7 +8,7 @@ duration agrees with the claim statement's view of the job:
 - status, lease and the times to the second, each with the duration that
   answers the question (queued for, ran for, lease left);
 - the attempts, each with its worker and why it ended, from what the row
-  records: ``worker_ids`` (one per claim), ``errors`` (one per failed
+  records: ``Job.attempt_workers`` (one per claim), ``errors`` (one per failed
   attempt), ``attempt``, ``snoozes``, and the times of the latest attempt.
   An earlier attempt with no error entry ended without an outcome of its
   own: its lease expired and another claim took the job over, or its
@@ -125,12 +125,9 @@ def times_table(job: Job) -> SafeString:
 
 
 def _worker(job: Job, n: int) -> str:
-    """The worker of attempt ``n``: ``worker_ids`` has one per claim; the latest is also ``leased_by``."""
-    workers = job.worker_ids if isinstance(job.worker_ids, list) else []
-    worker = workers[n - 1] if 0 < n <= len(workers) else None
-    if not worker and n == job.attempt:
-        worker = job.leased_by
-    return str(worker) if worker else "worker not recorded"
+    """The worker of attempt ``n``, as the row records it (``Job.attempt_workers``)."""
+    workers = job.attempt_workers
+    return workers[n - 1] if 0 < n <= len(workers) and workers[n - 1] else "worker not recorded"
 
 
 def _exception(entry: ErrorEntry) -> str:

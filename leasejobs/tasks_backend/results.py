@@ -34,7 +34,7 @@ def task_result(task: Task, job: Any, alias: str) -> TaskResult:
 
     ``errors`` has one entry per failed attempt (exception class path and
     traceback), plus a ``JobFailed`` entry when the job ended without an
-    exception of its own; ``worker_ids`` one per claim, so ``attempts`` is
+    exception of its own; ``worker_ids`` one per claim (``Job.attempt_workers``), so ``attempts`` is
     the job's attempt. ``last_attempted_at`` is the latest claim's start.
 
     ``task.run_after`` is the job's ``run_at`` when that differs from its
@@ -68,7 +68,7 @@ def task_result(task: Task, job: Any, alias: str) -> TaskResult:
         kwargs=job.kwargs,
         backend=alias,
         errors=errors,
-        worker_ids=list(job.worker_ids),
+        worker_ids=job.attempt_workers,
     )
     # Frozen dataclass: Django's own backends set the return value this way.
     object.__setattr__(result, "_return_value", job.result if status == TaskResultStatus.SUCCESSFUL else None)

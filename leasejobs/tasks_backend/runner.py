@@ -48,7 +48,7 @@ def run(task: Task, ctx: JobContext, args: Sequence[Any], kwargs: dict[str, Any]
     """One attempt of a Django Task.
 
     The TaskResult comes from the job row as this claim left it (RUNNING,
-    this worker last in ``worker_ids``, so ``TaskContext.attempt`` is the
+    this worker last in its ``worker_ids``, so ``TaskContext.attempt`` is the
     fencing token). ``task_finished`` carries the status ``get_result`` will
     show once the worker writes the outcome: SUCCESSFUL, FAILED, or READY
     when a retry follows. A ``LeaseLost`` escaping the body ends nothing (the

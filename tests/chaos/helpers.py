@@ -200,8 +200,8 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
         key = effect_key(j.id)
         if j.status == "done":
             # The finish came from the attempt that held the lease: its result names it.
-            if j.result != {"attempt": j.attempt, "worker": j.worker_ids[-1]}:
-                problems.append(f"job {j.id} attempt {j.attempt} {j.worker_ids}: result {j.result}")
+            if j.result != {"attempt": j.attempt, "worker": j.attempt_workers[-1]}:
+                problems.append(f"job {j.id} attempt {j.attempt} {j.attempt_workers}: result {j.result}")
             if key not in effects or delivered[key] != 1:
                 problems.append(f"job {j.id}: side effect {effects.get(key)}, delivered {delivered[key]}x")
         elif j.status == "failed":
@@ -240,7 +240,7 @@ def check(job_ids: Sequence[int], fleet: Fleet, **scenario_figures: Any) -> dict
     # A finish logged as written was written by the attempt the job ended with.
     for job_id, attempt, worker in re.findall(r"done job=(\d+) attempt=(\d+) worker=(\S+)", logs):
         j = jobs.get(int(job_id))
-        if j is not None and (j.attempt, j.worker_ids[-1]) != (int(attempt), worker):
+        if j is not None and (j.attempt, j.attempt_workers[-1]) != (int(attempt), worker):
             problems.append(f"job {job_id}: done logged by attempt {attempt} of {worker}, ended {j.attempt}")
     figures["problems"] = problems
     return figures
@@ -289,7 +289,7 @@ def check_steps(job_ids: Sequence[int], fleet: Fleet, **figures: Any) -> dict[st
             "steps": attempts,
             "event": {"job": job_id},
             "attempt": j.attempt,
-            "worker": j.worker_ids[-1],
+            "worker": j.attempt_workers[-1],
         }
         if j.result != expected:
             problems.append(f"job {job_id}: result {j.result}, expected {expected}")
@@ -297,7 +297,7 @@ def check_steps(job_ids: Sequence[int], fleet: Fleet, **figures: Any) -> dict[st
     problems += [f"job {job_id} attempt {attempt} ran under two workers" for job_id, attempt in shared[:10]]
     for job_id, attempt, worker in re.findall(r"done job=(\d+) attempt=(\d+) worker=(\S+)", logs):
         j = jobs.get(int(job_id))
-        if j is not None and (j.attempt, j.worker_ids[-1]) != (int(attempt), worker):
+        if j is not None and (j.attempt, j.attempt_workers[-1]) != (int(attempt), worker):
             problems.append(f"job {job_id}: done logged by attempt {attempt} of {worker}, ended {j.attempt}")
     return {
         "jobs": len(job_ids),

@@ -40,7 +40,7 @@ def test_the_attempts_of_a_worker_run_job_read_as_what_happened(start_worker, ad
     worker.wait_for_log(rf"lease lost job={job.id} attempt=1")
 
     job = fresh(job)
-    first, second = job.worker_ids
+    first, second = job.attempt_workers
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_char(started_at, 'HH24:MI:SS') FROM leasejobs_job WHERE id = %s", [job.id])
         (taken_over,) = cursor.fetchone()

@@ -29,7 +29,7 @@ def test_demo_tells_the_story_with_real_workers(tmp_path):
     jobs = {j.queue: j for j in Job.objects.filter(queue__startswith="demo-")}
     # On a failure, the workers' own accounts of what they claimed and when.
     logs = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(tmp_path.glob("scenario-*.log")))
-    assert {q: (j.status, len(j.worker_ids), len(set(j.worker_ids))) for q, j in jobs.items()} == {
+    assert {q: (j.status, len(j.attempt_workers), len(set(j.attempt_workers))) for q, j in jobs.items()} == {
         "demo-1": ("done", 2, 2),
         "demo-2": ("done", 2, 2),
         "demo-3": ("done", 1, 1),
@@ -40,7 +40,9 @@ def test_demo_tells_the_story_with_real_workers(tmp_path):
         q: list(BodyRun.objects.filter(job_id=j.id).order_by("attempt").values_list("worker_id", "outcome"))
         for q, j in jobs.items()
     }
-    first, second = ({q: j.worker_ids[i] for q, j in jobs.items() if len(j.worker_ids) > i} for i in (0, 1))
+    first, second = (
+        {q: j.attempt_workers[i] for q, j in jobs.items() if len(j.attempt_workers) > i} for i in (0, 1)
+    )
     assert outcomes == {
         "demo-1": [(first["demo-1"], "sent"), (second["demo-1"], "sent")],
         "demo-2": [(first["demo-2"], "stale write rejected"), (second["demo-2"], "sent")],

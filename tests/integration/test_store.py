@@ -62,7 +62,7 @@ def test_a_finish_counts_the_run_of_a_buffered_job_and_a_release_refunds_an_unst
 
 
 def test_a_release_of_an_unstarted_job_undoes_its_claim_and_fences_its_holder_off(store):
-    """The attempt, the run and the worker_ids entry are taken back; the old holder's
+    """The attempt, the run and the holder are taken back; the old holder's
     writes with the token it was given match nothing, and the next claim issues it again."""
     job = record.enqueue(1)
     first = claim(store("a"))[0]
@@ -73,14 +73,34 @@ def test_a_release_of_an_unstarted_job_undoes_its_claim_and_fences_its_holder_of
     assert taken.attempt == 2
     assert b.release([(Attempt(job.id, 2), True)]) == {Attempt(job.id, 2)}  # b never started it
     job.refresh_from_db()
-    assert (job.status, job.attempt, job.runs, job.worker_ids) == ("queued", 1, 1, ["a"])
+    assert (job.status, job.attempt, job.runs, job.attempt_workers) == ("queued", 1, 1, ["a"])
     a = store("a")
     stale = Attempt(job.id, 1)
     assert [(r.held, r.renewed) for r in a.heartbeat([(stale, 30.0)])] == [(False, False)]
     assert a.finish([(stale, Outcome(status="done"), False)]) == []
     assert claim(store("c"))[0].attempt == 2
     job.refresh_from_db()
-    assert (job.status, job.leased_by, job.worker_ids) == ("running", "c", ["a", "c"])
+    assert (job.status, job.leased_by, job.attempt_workers) == ("running", "c", ["a", "c"])
+
+
+def test_a_job_claimed_once_records_its_worker_once_and_every_claim_stays_on_record(store):
+    """``leased_by`` holds the latest claim's worker and ``worker_ids`` only the ones
+    before it (one copy of a worker id per row version: the WAL of a job); a re-claim
+    moves the holder it replaces onto ``worker_ids``, and a row written in the old
+    form (every claim's worker, the latest included) reads and continues the same."""
+    once, twice, old = record.enqueue(1), record.enqueue(2), record.enqueue(3)
+    Job.objects.filter(id=old.id).update(attempt=1, status="running", leased_by="a", worker_ids=["a"])
+    rows = claim(store("a"))
+    store("a").finish([(Attempt(once.id, 1), Outcome(status="done"), True)])
+    assert {r.id for r in rows} == {once.id, twice.id}
+    Job.objects.filter(id__in=[twice.id, old.id]).update(lease_until="2000-01-01T00:00:00Z")  # a was paused
+    assert {r.id: r.attempt for r in claim(store("b"))} == {twice.id: 2, old.id: 2}
+    stored = {j.id: (j.leased_by, j.worker_ids, j.attempt_workers) for j in Job.objects.all()}
+    assert stored == {
+        once.id: ("a", [], ["a"]),
+        twice.id: ("b", ["a"], ["a", "b"]),
+        old.id: ("b", ["a"], ["a", "b"]),
+    }
 
 
 def test_a_release_waits_out_a_lock_another_claim_holds_for_a_moment(store):

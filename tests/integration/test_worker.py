@@ -119,7 +119,7 @@ def test_fencing_and_idempotency_make_the_second_run_harmless(start_worker):
     assert runs(job) == 2
     assert list(Sent.objects.values_list("attempt", flat=True)) == [2]
     assert list(SideEffect.objects.values_list("key", "fencing_token")) == [("receipt:8", 2)]
-    assert (job.attempt, job.result, job.worker_ids) == (2, {"created": True}, ["a", "b"])
+    assert (job.attempt, job.result, job.attempt_workers) == (2, {"created": True}, ["a", "b"])
 
 
 def test_a_stale_finish_never_overwrites_the_newer_attempt(start_worker):
@@ -139,7 +139,7 @@ def test_heartbeats_keep_the_lease_so_the_slow_job_runs_once(start_worker):
     start_worker("--lease", "1", "--worker-id", "b")
     wait_until(lambda: job_now(job).status == "done", timeout=15, what="job done")
     assert runs(job) == 1 and Sent.objects.count() == 1
-    assert (job_now(job).attempt, job_now(job).worker_ids) == (1, ["a"])
+    assert (job_now(job).attempt, job_now(job).attempt_workers) == (1, ["a"])
     assert job_now(job).heartbeat_at > job_now(job).started_at
 
 
@@ -155,7 +155,7 @@ def test_a_job_of_a_killed_worker_is_taken_over_after_its_lease(start_worker):
     assert job_now(job).status == "running"
     start_worker("--lease", "1", "--worker-id", "b")
     wait_until(lambda: job_now(job).status == "done", what="b takes over")
-    assert (job_now(job).attempt, job_now(job).result, job_now(job).worker_ids) == (2, 2, ["a", "b"])
+    assert (job_now(job).attempt, job_now(job).result, job_now(job).attempt_workers) == (2, 2, ["a", "b"])
 
 
 def test_a_paused_worker_is_fenced_off_and_lives_on(start_worker):
@@ -180,7 +180,7 @@ def test_a_paused_worker_is_fenced_off_and_lives_on(start_worker):
     # The paused process carries on and takes new work.
     later = record.enqueue("after the pause")
     wait_until(lambda: job_now(later).status == "done", what="a runs a new job")
-    assert job_now(later).worker_ids == ["a"]
+    assert job_now(later).attempt_workers == ["a"]
 
 
 def test_a_job_that_kills_its_process_fails_after_max_attempts_and_the_worker_lives(start_worker):

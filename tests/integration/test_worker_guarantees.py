@@ -80,7 +80,7 @@ def test_2_a_side_effect_block_past_the_lease_runs_once_with_two_workers(start_w
         wait_final_or_rerun(job, timeout=60, what=f"job {job.id} finishes")
     time.sleep(3)
     for job in map(job_now, jobs):
-        assert (job.status, runs(job)) == ("done", 1), (job.id, job.status, job.worker_ids, runs(job))
+        assert (job.status, runs(job)) == ("done", 1), (job.id, job.status, job.attempt_workers, runs(job))
     assert Sent.objects.count() == SideEffect.objects.count() == len(jobs)
 
 
@@ -231,7 +231,7 @@ def _drain_after_stop(start_worker, signum: int, *args: str) -> dict[str, Any]:
         "done": Job.objects.filter(id__in=ids, status="done").count(),
         "failed": len(failed),
         "failed without a body run": len(failed - ran),
-        "their holders": sorted({tuple(j.worker_ids) for j in unstarted}),
+        "their holders": sorted({tuple(j.attempt_workers) for j in unstarted}),
         "their errors": sorted({j.last_error for j in unstarted}),
     }
     print(f"item 7, signal {signum}: {figures}")

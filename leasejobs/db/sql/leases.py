@@ -194,19 +194,19 @@ CROSS JOIN LATERAL (
 ) AS still
 """
 
-#: Give leases back: the jobs are queued again and claimable at once (the
-#: next claim bumps the token, so this attempt stays fenced off).
-#: ``refunds`` (1) undoes the claim of a job whose body never started and
-#: never will (claimed beyond what the children had room for, or held at a
-#: stop): its run, its attempt and its entry in ``worker_ids`` are taken
-#: back, so a deploy or a busy worker costs no job an attempt and the job
-#: shows the attempts its bodies ran. Lowering the token is safe here
-#: because the row leaves 'running': every fenced write also asks for
-#: 'running' and this worker, and the only way back to 'running' is a claim,
-#: which bumps the token again. A row locked by
-#: another transaction is skipped, so a stuck lock cannot keep the worker
-#: from exiting; that lease runs out on its own. Places under limits held by
-#: a released attempt are freed, and their queues NOTIFYed.
+#: Give leases back: the jobs are queued again and claimable at once (the next
+#: claim bumps the token, so this attempt stays fenced off). ``refunds`` (1)
+#: undoes the claim of a job whose body never started and never will (claimed
+#: beyond what the children had room for, or held at a stop): its run, its
+#: attempt and its holder are taken back (``leased_by`` becomes the previous
+#: claim's worker again, taken off ``worker_ids``), so a deploy or a busy
+#: worker costs no job an attempt and the job shows the attempts its bodies
+#: ran. Lowering the token is safe here because the row leaves 'running':
+#: every fenced write also asks for 'running' and this worker, and the only
+#: way back to 'running' is a claim, which bumps the token again. A row locked
+#: by another transaction is skipped, so a stuck lock cannot keep the worker
+#: from exiting; that lease runs out on its own. Places under limits held by a
+#: released attempt are freed, and their queues NOTIFYed.
 RELEASE = f"""
 WITH mine AS (
     SELECT l.id, h.attempt, h.refund
@@ -221,8 +221,11 @@ released AS (
     UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL,
                                   runs = GREATEST(0, j.runs - mine.refund),
                                   attempt = j.attempt - mine.refund,
+                                  leased_by = CASE WHEN mine.refund = 1
+                                                   THEN COALESCE(j.worker_ids ->> -1, '')
+                                                   ELSE j.leased_by END,
                                   worker_ids = CASE WHEN mine.refund = 1
-                                                    THEN j.worker_ids - (jsonb_array_length(j.worker_ids) - 1)
+                                                    THEN j.worker_ids - -1
                                                     ELSE j.worker_ids END
     FROM mine
     WHERE j.id = mine.id
