@@ -50,7 +50,9 @@ class Job(models.Model):
     run_at = models.DateTimeField(help_text="Not claimed before this time.")
     lease_until = models.DateTimeField(null=True, blank=True)
     leased_by = models.CharField(max_length=255, blank=True, default="")
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="The attempt's last heartbeat; empty until its first."
+    )
     cancel_requested = models.BooleanField(default=False)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     last_error = models.TextField(blank=True, default="")

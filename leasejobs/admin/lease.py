@@ -8,9 +8,10 @@ annotation:
 
 - ``held``: running and ``lease_until`` is in the future;
 - ``expiring``: held, with less than a third of the job's own lease left.
-  The lease length is ``lease_until - heartbeat_at`` (claim and heartbeat set
-  both in one statement), and a worker heartbeats every third of the lease by
-  default, so a job in this state has missed at least one heartbeat;
+  The lease length is ``lease_until`` less the latest renewal (the last
+  heartbeat, or the claim before the first: ``RENEWED_AT``), each of which
+  sets both in one statement, and a worker heartbeats every third of the
+  lease by default, so a job in this state has missed at least one heartbeat;
 - ``expired``: running and ``lease_until`` is past (or missing): the holder
   stopped heartbeating and any worker may take the job over;
 - ``none``: not running, so nobody holds it.
@@ -19,7 +20,7 @@ annotation:
 import datetime as dt
 
 from django.db.models import Case, CharField, DurationField, ExpressionWrapper, F, Q, QuerySet, Value, When
-from django.db.models.functions import Now
+from django.db.models.functions import Coalesce, Now
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -39,6 +40,11 @@ CHOICES = [
 ]
 
 
+#: When the lease was last set: the attempt's last heartbeat, or its claim
+#: (``started_at``) before the first (a claim leaves ``heartbeat_at`` NULL).
+RENEWED_AT = Coalesce(F("heartbeat_at"), F("started_at"))
+
+
 def _duration(expression: object) -> ExpressionWrapper:
     return ExpressionWrapper(expression, output_field=DurationField())
 
@@ -50,7 +56,7 @@ def state_q(state: str) -> Q:
     if state == HELD:
         return held
     if state == EXPIRING:
-        third_of_lease = _duration((F("lease_until") - F("heartbeat_at")) / 3)
+        third_of_lease = _duration((F("lease_until") - RENEWED_AT) / 3)
         return held & Q(lease_until__lt=Now() + third_of_lease)
     if state == EXPIRED:
         # ~Q on a nullable column also matches NULL: a running row without a
@@ -70,7 +76,7 @@ def annotate(queryset: QuerySet[Job]) -> QuerySet[Job]:
             output_field=CharField(),
         ),
         lease_left=_duration(F("lease_until") - Now()),
-        heartbeat_age=_duration(Now() - F("heartbeat_at")),
+        heartbeat_age=_duration(Now() - RENEWED_AT),
         run_in=_duration(F("run_at") - Now()),
     )
 

@@ -182,6 +182,7 @@ def test_one_heartbeat_tells_renewed_locked_and_lost_rows_apart(store):
     s = store("a")
     rows = claim(s)
     keys = [Attempt(r.id, r.attempt) for r in rows]
+    assert set(Job.objects.values_list("heartbeat_at", flat=True)) == {None}  # none yet: see started_at
     Job.objects.filter(id=jobs[4].id).update(leased_by="b")  # lost: another worker holds it
     Job.objects.filter(id=jobs[2].id).update(cancel_requested=True)
     locker = _lock_row(jobs[1].id)
@@ -197,6 +198,8 @@ def test_one_heartbeat_tells_renewed_locked_and_lost_rows_apart(store):
         jobs[4].id: (False, False, False),
         jobs[5].id: (True, True, False),
     }
+    beaten = {j.id: j.heartbeat_at is not None for j in Job.objects.all()}
+    assert beaten == {j.id: j.id not in (jobs[1].id, jobs[4].id) for j in jobs}
 
 
 def test_one_finish_tells_written_locked_and_stale_rows_apart(store):

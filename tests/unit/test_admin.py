@@ -90,6 +90,28 @@ def test_the_changelist_shows_the_first_line_of_the_last_error(admin_client):
 
 
 @pytest.mark.django_db
+def test_a_claim_not_yet_heartbeated_is_judged_from_its_claim(admin_client):
+    """A claim leaves ``heartbeat_at`` empty until the attempt's first heartbeat: the
+    lease's length and the heartbeat's age are then measured from the claim."""
+
+    def claimed(ago: float, lease: float = 30) -> Job:
+        return make_job(
+            status="running",
+            attempt=1,
+            leased_by="w-new",
+            started_at=Now() - secs(ago),
+            lease_until=Now() + secs(lease - ago),
+        )
+
+    new, late = claimed(ago=5), claimed(ago=25)
+    assert ids_on(page(admin_client, f"{CHANGELIST}?lease=held")) == {new.pk, late.pk}
+    text = page(admin_client, f"{CHANGELIST}?lease=expiring")
+    assert ids_on(text) == {late.pk}
+    age = re.fullmatch(r"(\d+) s ago", cell(text, late, "heartbeat_display"))
+    assert age and 25 <= int(age.group(1)) <= 27, cell(text, late, "heartbeat_display")
+
+
+@pytest.mark.django_db
 def test_filters_by_lease_state_status_and_queue(admin_client):
     held = running(left=25)
     expiring = running(left=3)

@@ -37,7 +37,10 @@ _CLAIM_SET = """
                                 (%(task_leases)s::jsonb ->> j.task_name)::float8,
                                 %(lease_seconds)s)) END,
         leased_by    = CASE WHEN p.ended IS NULL THEN %(worker_id)s ELSE j.leased_by END,
-        heartbeat_at = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.heartbeat_at END,
+        -- NULL until this attempt's first heartbeat (started_at is its claim,
+        -- admin.lease.RENEWED_AT): the claim's and the finish's versions carry
+        -- no third copy of the claim's time.
+        heartbeat_at = CASE WHEN p.ended IS NULL THEN NULL ELSE j.heartbeat_at END,
         started_at   = CASE WHEN p.ended IS NULL THEN clock_timestamp() ELSE j.started_at END,
         finished_at  = CASE WHEN p.ended IS NULL THEN NULL ELSE clock_timestamp() END,
         -- The latest claim's worker is leased_by alone: worker_ids takes the

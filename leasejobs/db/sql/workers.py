@@ -46,7 +46,7 @@ LIMIT 1
 #: its holder's heartbeat renewed within one lease.
 OVERVIEW = f"""
 WITH holders AS (
-    SELECT leased_by AS worker_id, count(*) AS jobs, max(heartbeat_at) AS beat
+    SELECT leased_by AS worker_id, count(*) AS jobs, max(COALESCE(heartbeat_at, started_at)) AS beat
     FROM leasejobs_job
     WHERE finished_at IS NULL AND status = 'running' AND lease_until > now()
     GROUP BY leased_by
