@@ -11,9 +11,15 @@ Schema choices that matter for a hot queue table:
 - ``lease_until`` and ``heartbeat_at`` are in no index, so a heartbeat is a
   HOT update (no index writes, and the page's free space is reused, which
   the table's fillfactor leaves room for — see the migration);
+- a job's row versions carry no byte they need not, since each is written to
+  the WAL: ``errors`` and ``worker_ids`` are NULL until there is an entry
+  (``JsonList``), ``heartbeat_at`` until the attempt's first heartbeat, and
+  the latest claim's worker is in ``leased_by`` only (docs/performance.md);
 - ``SideEffect.key`` is unique: that constraint, not a read-then-write, is
   what makes a side effect happen at most once.
 """
+
+from typing import Any
 
 from django.db import models
 from django.db.models import F, Func, Q
@@ -21,6 +27,25 @@ from django.db.models import F, Func, Q
 #: Queued or running jobs, as the claim index's predicate: a filter that
 #: includes it is served by that index instead of scanning the history.
 UNFINISHED = Q(finished_at__isnull=True)
+
+
+class JsonList(models.JSONField):
+    """A JSON list stored as NULL while it is empty, and read back as a list.
+
+    Each of a job's row versions goes to the WAL, and ``[]`` took 5 bytes in
+    every one of them where NULL takes none (a bit of the row's null bitmap).
+    Python sees a list either way; SQL that reads the column says
+    ``COALESCE(column, '[]')`` where it needs one, and so does a filter:
+    ``errors=[]`` matches no row stored empty (``errors__isnull=True`` does).
+    """
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        value = super().from_db_value(value, expression, connection)
+        return [] if value is None else value
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        # None, not a JSON null: JSONField stores None as SQL NULL on save only.
+        return None if value == [] else super().get_db_prep_save(value, connection)
 
 
 class Job(models.Model):
@@ -56,10 +81,11 @@ class Job(models.Model):
     cancel_requested = models.BooleanField(default=False)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
-    errors = models.JSONField(
-        default=list, blank=True, help_text="One entry per failed attempt, with its traceback."
+    errors = JsonList(
+        null=True, default=list, blank=True, help_text="One entry per failed attempt, with its traceback."
     )
-    worker_ids = models.JSONField(
+    worker_ids = JsonList(
+        null=True,
         default=list,
         blank=True,
         help_text="Workers of the earlier attempts, in order; the latest's is leased_by.",

@@ -41,11 +41,20 @@ def a_busy_hour() -> dict[str, Job]:
         started_at=ago(10),
         finished_at=ago(9.5),
     )
+    # Attempt 2 and no error entry at all (errors NULL): its first attempt lost its lease.
+    lost = Job.objects.create(
+        task_name="t", status="done", attempt=2, run_at=ago(9), started_at=ago(8), finished_at=ago(7.5)
+    )
     # Two jobs due for 20 minutes in queue "mail", never claimed.
     for _ in range(2):
         Job.objects.create(task_name="t", queue="mail", run_at=ago(20))
     Job.objects.update(created_at=ago(30))
-    jobs = {"failed": failed, "retried": retried, "mail": Job.objects.filter(queue="mail").first()}
+    jobs = {
+        "failed": failed,
+        "retried": retried,
+        "lost": lost,
+        "mail": Job.objects.filter(queue="mail").first(),
+    }
     for job in jobs.values():
         job.refresh_from_db()
     return jobs
@@ -57,13 +66,14 @@ def test_each_chart_counts_what_happened_in_its_buckets():
     times, values = charts.points("throughput", HOUR)
     assert len(times) == 60 and finished_at in times
     assert (values["finished"][finished_at], values["failed"][finished_at]) == (4, 1)
-    assert sum(values["finished"].values()) == 5
+    assert sum(values["finished"].values()) == 6
     times, values = charts.points("queue_time", HOUR)
     assert values["p50"][finished_at] == pytest.approx(4.0)
     assert values["p95"][finished_at] == pytest.approx(9.1)
     times, values = charts.points("leases_lost", HOUR)
     assert values["lost"][minute(jobs["retried"].started_at)] == 1
-    assert sum(values["lost"].values()) == 1
+    assert values["lost"][minute(jobs["lost"].started_at)] == 1
+    assert sum(values["lost"].values()) == 2
     times, values = charts.points("backlog", HOUR)
     due = minute(jobs["mail"].run_at)
     mail = values["mail"]

@@ -81,7 +81,7 @@ LEASES_LOST = f"""
 WITH {_BUCKETS}, {_RECENT},
 agg AS (
     SELECT date_bin(%(step)s, started_at, TIMESTAMPTZ '2000-01-01') AS t,
-           sum(GREATEST(0, attempt - jsonb_array_length(errors)
+           sum(GREATEST(0, attempt - COALESCE(jsonb_array_length(errors), 0)
                            - CASE WHEN status = 'queued' THEN 0 ELSE 1 END)
                + CASE WHEN status = 'failed' AND last_error LIKE 'lease expired on the last attempt%%'
                       THEN 1 ELSE 0 END) AS lost

@@ -48,8 +48,9 @@ _CLAIM_SET = """
         -- before migration 0013 already list it), so a job claimed once
         -- writes no worker id twice (71 B of WAL per job, docs/performance.md).
         worker_ids   = CASE WHEN p.ended IS NULL AND j.leased_by <> ''
-                                 AND jsonb_array_length(j.worker_ids) < j.attempt
-                            THEN j.worker_ids || to_jsonb(j.leased_by::text) ELSE j.worker_ids END,
+                                 AND COALESCE(jsonb_array_length(j.worker_ids), 0) < j.attempt
+                            THEN COALESCE(j.worker_ids, '[]') || to_jsonb(j.leased_by::text)
+                            ELSE j.worker_ids END,
         last_error   = CASE p.ended
                             WHEN 'failed' THEN CASE WHEN j.status = 'running'
                                  THEN 'lease expired on the last run (' || j.runs || ' of '

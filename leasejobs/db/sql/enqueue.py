@@ -23,7 +23,7 @@ VALUES (
     %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
     'queued', 0, %(max_attempts)s,
     COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
-    '', false, %(idempotency_key)s, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
+    '', false, %(idempotency_key)s, '', NULL, NULL, statement_timestamp(), %(trace_context)s::jsonb,
     0, %(retry_policy)s::jsonb,
     %(concurrency_key)s, %(concurrency_limit)s
 )
@@ -45,7 +45,7 @@ INSERT INTO leasejobs_job (
 )
 VALUES (
     %(task_name)s, %(queue)s, %(priority)s, %(args)s, %(kwargs)s, 'queued', 0, %(max_attempts)s,
-    statement_timestamp(), '', false, '', '[]', '[]', statement_timestamp(), 0
+    statement_timestamp(), '', false, '', NULL, NULL, statement_timestamp(), 0
 )
 RETURNING id, run_at, created_at, pg_notify(%(channel)s, %(queue)s)::text
 """
@@ -73,7 +73,7 @@ WITH inserted AS (
     SELECT %(task_name)s, %(queue)s, %(priority)s, c.call -> 0, c.call -> 1,
            'queued', 0, %(max_attempts)s,
            COALESCE(%(run_at)s::timestamptz, statement_timestamp() + make_interval(secs => %(delay)s)),
-           '', false, NULL, '', '[]', '[]', statement_timestamp(), %(trace_context)s::jsonb,
+           '', false, NULL, '', NULL, NULL, statement_timestamp(), %(trace_context)s::jsonb,
            0, %(retry_policy)s::jsonb,
            %(concurrency_key)s, %(concurrency_limit)s
     FROM jsonb_array_elements(%(calls)s::jsonb) WITH ORDINALITY AS c(call, ord)

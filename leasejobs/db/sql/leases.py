@@ -149,7 +149,7 @@ written AS (
         runs        = GREATEST(0, j.runs + o.run_delta),
         last_error  = COALESCE(o.last_error, j.last_error),
         errors      = CASE WHEN o.error_entry IS NULL THEN j.errors
-                           ELSE j.errors || jsonb_build_array(o.error_entry) END,
+                           ELSE COALESCE(j.errors, '[]') || jsonb_build_array(o.error_entry) END,
         run_at      = CASE WHEN o.status = 'queued' AND NOT j.cancel_requested
                            THEN COALESCE(clock_timestamp() + make_interval(secs => o.retry_delay),
                                          j.run_at)

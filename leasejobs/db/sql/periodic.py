@@ -111,7 +111,7 @@ inserted AS (
         errors, worker_ids, created_at
     )
     SELECT %(task_name)s, %(queue)s, %(priority)s, %(args)s::jsonb, %(kwargs)s::jsonb,
-           'queued', 0, %(max_attempts)s, w.run_at, '', false, w.key, '', '[]', '[]', now()
+           'queued', 0, %(max_attempts)s, w.run_at, '', false, w.key, '', NULL, NULL, now()
     FROM wanted w
     ORDER BY w.tick
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
