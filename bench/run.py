@@ -185,7 +185,7 @@ class Bench:
             )
             SELECT %(task)s, %(queue)s, 0, '[]', '{}', 'done', 1, 1,
                    now() - interval '7 days' + g * interval '1 ms', 'bench-history', false, '',
-                   '[]', '["bench-history"]', NULL, now() - interval '7 days',
+                   NULL, NULL, NULL, now() - interval '7 days',
                    now() - interval '7 days', now() - interval '7 days' + g * interval '1 ms'
             FROM generate_series(1, %(rows)s) AS g
             """,
@@ -211,7 +211,7 @@ class Bench:
                 run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at, snoozes
             )
             SELECT %(task)s, %(queue)s, 0, '[]', '{}', 'queued', 0, 1, now() + %(offset)s,
-                   '', false, '', '[]', '[]', now(), 0
+                   '', false, '', NULL, NULL, now(), 0
             FROM generate_series(1, %(rows)s)
             """,
             {

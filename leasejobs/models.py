@@ -23,6 +23,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import F, Func, Q
+from django.db.models.fields.json import KeyTransform
 
 #: Queued or running jobs, as the claim index's predicate: a filter that
 #: includes it is served by that index instead of scanning the history.
@@ -41,7 +42,8 @@ class JsonList(models.JSONField):
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         value = super().from_db_value(value, expression, connection)
-        return [] if value is None else value
+        # The column itself only: a key transform (``errors__0``) keeps its None.
+        return [] if value is None and not isinstance(expression, KeyTransform) else value
 
     def get_db_prep_save(self, value: Any, connection: Any) -> Any:
         # None, not a JSON null: JSONField stores None as SQL NULL on save only.

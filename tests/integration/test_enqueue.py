@@ -50,6 +50,8 @@ def test_empty_error_and_worker_lists_are_stored_as_null_and_read_as_lists():
     assert {(tuple(j.errors), tuple(j.worker_ids)) for j in Job.objects.filter(pk__in=ids)} == {((), ())}
     Job.objects.filter(pk=ids[0]).update(errors=[{"attempt": 1}])  # an entry is stored as written
     assert Job.objects.get(pk=ids[0]).errors == [{"attempt": 1}]
+    # Only the column reads as a list: a missing element is None, as in any JSONField.
+    assert set(Job.objects.filter(pk__in=ids).values_list("errors__0__attempt", flat=True)) == {1, None}
 
 
 def test_a_rolled_back_transaction_leaves_no_job():

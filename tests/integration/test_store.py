@@ -10,7 +10,8 @@ import time
 
 import psycopg
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import JSONField, Value
 from django.db.models.functions import Now
 from psycopg.types.json import Jsonb
 
@@ -101,6 +102,63 @@ def test_a_job_claimed_once_records_its_worker_once_and_every_claim_stays_on_rec
         twice.id: ("b", ["a"], ["a", "b"]),
         old.id: ("b", ["a"], ["a", "b"]),
     }
+
+
+@pytest.mark.parametrize(
+    "hand_written", [{"hand": "written"}, None, "w"], ids=["object", "json null", "string"]
+)
+def test_a_hand_written_non_array_worker_ids_neither_blocks_the_claim_nor_loses_the_holder(
+    store, hand_written
+):
+    """Any JSON may be in the column (SQL, another producer): a re-claim of such a row
+    reads it as no earlier workers, and the whole claim statement does not fail on it."""
+    bad, good = record.enqueue(1), record.enqueue(2)
+    Job.objects.filter(pk=bad.pk).update(
+        attempt=1, runs=1, status="running", leased_by="a", worker_ids=Value(hand_written, JSONField())
+    )
+    Job.objects.filter(pk=bad.pk).update(lease_until="2000-01-01T00:00:00Z")  # a was paused
+    assert {r.id for r in claim(store("b"))} == {bad.id, good.id}
+    assert Job.objects.get(pk=bad.pk).leased_by == "b"
+
+
+def test_every_claim_stays_on_record_through_retries_releases_takeovers_refunds_and_ends(store):
+    """One worker per claim, whatever moved the job between claims."""
+
+    def workers() -> list[str]:
+        job = Job.objects.get(pk=j.pk)
+        assert len(job.attempt_workers) == job.attempt, (job.attempt, job.leased_by, job.worker_ids)
+        return job.attempt_workers
+
+    def expire() -> None:
+        Job.objects.filter(pk=j.pk).update(lease_until="2000-01-01T00:00:00Z")
+
+    j = record.enqueue(1)
+    a, b, c = store("a"), store("b"), store("c")
+    claim(a)
+    a.finish([(Attempt(j.id, 1), Outcome(status="queued", retry_delay=0, snoozed=True), True)])  # snoozed
+    claim(b)
+    assert workers() == ["a", "b"]
+    with connection.cursor() as cursor:  # released from the admin
+        cursor.execute(sql.ADMIN_RELEASE, {"ids": [j.id], "attempts": [2], "channel": "leasejobs"})
+    claim(c)
+    assert workers() == ["a", "b", "c"]
+    expire()
+    claim(a)  # taken over
+    assert workers() == ["a", "b", "c", "a"]
+    assert a.release([(Attempt(j.id, 4), True)]) == {Attempt(j.id, 4)}  # given back unstarted
+    assert workers() == ["a", "b", "c"]
+    assert Job.objects.get(pk=j.pk).leased_by == "c"
+    claim(b)
+    Job.objects.filter(pk=j.pk).update(max_attempts=1)
+    expire()
+    claim(c)  # the claim ends it: its runs are used up
+    assert (Job.objects.get(pk=j.pk).status, workers()) == ("failed", ["a", "b", "c", "b"])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.ADMIN_RETRY, {"ids": [j.id], "statuses": ["failed"], "attempts": [4], "channel": "leasejobs"}
+        )
+    claim(c)
+    assert workers() == ["a", "b", "c", "b", "c"]
 
 
 def test_a_release_waits_out_a_lock_another_claim_holds_for_a_moment(store):

@@ -84,6 +84,25 @@ def test_each_chart_counts_what_happened_in_its_buckets():
     assert retried[minute(jobs["retried"].started_at)] == 0
 
 
+def test_a_job_whose_last_run_lost_its_lease_counts_as_a_lease_lost():
+    """The claim that ends such a job writes 'lease expired on the last run (…)' and no
+    error entry: each of its attempts lost its lease, the last one too."""
+    job = Job.objects.create(
+        task_name="t",
+        status="failed",
+        attempt=3,
+        max_attempts=3,
+        last_error="lease expired on the last run (3 of 3): worker w-1 stopped heartbeating",
+        run_at=ago(9),
+        started_at=ago(8),
+        finished_at=ago(7),
+    )
+    job.refresh_from_db()
+    _, values = charts.points("leases_lost", HOUR)
+    assert values["lost"][minute(job.started_at)] == 3
+    assert sum(values["lost"].values()) == 3
+
+
 def test_closed_buckets_are_computed_once_and_kept():
     jobs = a_busy_hour()
     finished_at = minute(jobs["failed"].finished_at)

@@ -83,7 +83,7 @@ agg AS (
     SELECT date_bin(%(step)s, started_at, TIMESTAMPTZ '2000-01-01') AS t,
            sum(GREATEST(0, attempt - COALESCE(jsonb_array_length(errors), 0)
                            - CASE WHEN status = 'queued' THEN 0 ELSE 1 END)
-               + CASE WHEN status = 'failed' AND last_error LIKE 'lease expired on the last attempt%%'
+               + CASE WHEN status = 'failed' AND last_error LIKE 'lease expired on the last run%%'
                       THEN 1 ELSE 0 END) AS lost
     FROM recent
     WHERE started_at >= (SELECT min(t) FROM buckets)

@@ -47,8 +47,12 @@ _CLAIM_SET = """
         -- previous holder only when a new claim replaces it (rows claimed
         -- before migration 0013 already list it), so a job claimed once
         -- writes no worker id twice (71 B of WAL per job, docs/performance.md).
+        -- (A hand-written non-array counts as empty: jsonb_array_length
+        -- would fail the whole claim on it.)
         worker_ids   = CASE WHEN p.ended IS NULL AND j.leased_by <> ''
-                                 AND COALESCE(jsonb_array_length(j.worker_ids), 0) < j.attempt
+                                 AND CASE jsonb_typeof(j.worker_ids)
+                                     WHEN 'array' THEN jsonb_array_length(j.worker_ids) ELSE 0 END
+                                     < j.attempt
                             THEN COALESCE(j.worker_ids, '[]') || to_jsonb(j.leased_by::text)
                             ELSE j.worker_ids END,
         last_error   = CASE p.ended
