@@ -21,6 +21,14 @@ from tests.journal import note
 from tests.testapp.models import BodyRun
 
 
+def _publish(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole: a test waits for the file to exist, then reads it,
+    and ``write_text`` alone lets it read the empty file between the create and the write."""
+    partial = Path(f"{path}.partial")
+    partial.write_text(text)
+    partial.rename(path)
+
+
 def _tick_for(path: str, ctx: object, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -50,7 +58,7 @@ def forks_a_helper(pidfile, seconds, leave_the_group=False):
             time.sleep(seconds)
         finally:
             os._exit(0)
-    Path(pidfile).write_text(str(pid))
+    _publish(pidfile, str(pid))
 
 
 @task(takes_context=True, max_attempts=3)
@@ -63,7 +71,7 @@ def helper_then_hangs(ctx, path, pidfile, seconds):
             time.sleep(seconds)
         finally:
             os._exit(0)
-    Path(pidfile).write_text(f"{os.getpid()} {pid}")
+    _publish(pidfile, f"{os.getpid()} {pid}")
     if ctx.attempt == 1:
         time.sleep(seconds)
     note(path, "E", ctx)
