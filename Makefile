@@ -17,9 +17,10 @@
 # process, no server, no committed transaction, no chaos), in seconds.
 # make test runs pytest twice (tests/conftest.py, --phase): first the tests
 # that can share the machine, in TEST_WORKERS processes (pytest-xdist), each
-# with a test database of its own (test_leasejobs_gw0, _gw1, ...); then, alone
-# and in one process, the chaos suite, which restarts PostgreSQL and cuts the
-# network, and the tests marked alone. PYTEST_ARGS go to both; a phase they
+# with a test database of its own (test_leasejobs_gw0, _gw1, ...), the chaos
+# storms among them; then, alone and in one process, the rest of the chaos
+# suite, which restarts PostgreSQL and cuts the network, and the tests marked
+# alone. PYTEST_ARGS go to both; a phase they
 # leave without tests is skipped by pytest (exit status 5) and counts as
 # passed if the other phase ran tests.
 #
@@ -89,7 +90,7 @@ test: $(STAMP)
 	parallel=0; \
 	$(PY) -m pytest --phase=parallel -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_SELECT) $(PYTEST_ARGS) \
 	  || parallel=$$?; \
-	echo "==> phase 2 of 2, alone (the chaos suite and the tests marked alone):" \
+	echo "==> phase 2 of 2, alone (the chaos suite but its storms, and the tests marked alone):" \
 	  "python -m pytest --phase=serial -p no:xdist $(PYTEST_SELECT) $(PYTEST_ARGS)"; \
 	serial=0; $(PY) -m pytest --phase=serial -p no:xdist $(PYTEST_SELECT) $(PYTEST_ARGS) || serial=$$?; \
 	echo "==> pytest exit status: phase 1 $$parallel, phase 2 $$serial (5: no tests selected)"; \

@@ -13,16 +13,20 @@ test an integration test (``start_worker``, ``transactional_db`` or
 Phases: ``make test`` runs pytest twice. ``--phase=parallel`` selects the
 tests that can share the machine with other test processes (run under
 pytest-xdist, each process with a test database of its own);
-``--phase=serial`` selects those that must run alone: the chaos suite, which
-restarts the PostgreSQL server, cuts the network and refuses to run while
-sessions of other databases are connected, and the tests marked ``alone``
-(whose timing extra load upsets). The other tests are deselected
-(and counted so). Without ``--phase`` (plain ``pytest``) every test runs.
+``--phase=serial`` selects those that must run alone: the chaos scenarios
+that restart the PostgreSQL server, cut the network, refuse to run while
+sessions of other databases are connected, or hold a clock to a bound, and
+the tests marked ``alone`` (whose timing extra load upsets). The chaos storms
+(marked ``storm``: kills and pauses of their own workers, checked for
+correctness only) share the machine in the parallel phase. The other tests
+are deselected (and counted so). Without ``--phase`` (plain ``pytest``)
+every test runs.
 """
 
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +42,8 @@ CHAOS_DIR = TESTS_DIR / "chaos"
 
 
 PHASES = ("all", "parallel", "serial")
+#: The name of a chaos scenario's line of figures among its report's user properties.
+CHAOS_FIGURES = "leasejobs chaos figures"
 #: The files of the parallel phase's longest tests, longest first (one to four minutes
 #: each on a loaded machine: the README's every block, fresh virtualenvs, a long simulation).
 LONGEST = [
@@ -57,7 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def runs_alone(item: pytest.Item) -> bool:
     """A test of the serial phase: it must not share the PostgreSQL server or the machine."""
-    return item.get_closest_marker("chaos") is not None or item.get_closest_marker("alone") is not None
+    if item.get_closest_marker("alone") is not None:
+        return True
+    return item.get_closest_marker("chaos") is not None and item.get_closest_marker("storm") is None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -182,3 +190,23 @@ def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..
     yield start
     for worker in started:
         worker.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The chaos scenarios' figures (tests/chaos/conftest.py), one line each, by test id.
+
+    Read from the reports, not from the process that ran the scenario: under
+    pytest-xdist that is another process, and its report is what comes back.
+    """
+    lines = sorted(
+        (report.nodeid, value)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == CHAOS_FIGURES
+    )
+    if lines:
+        terminalreporter.section(CHAOS_FIGURES)
+        for _nodeid, line in lines:
+            terminalreporter.write_line(line)

@@ -18,7 +18,7 @@ import signal
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -26,11 +26,29 @@ from django.db import connection
 
 from leasejobs.models import Job, SideEffect, Step, WorkflowEdge
 from tests.chaos.tasks import effect, effect_key
+from tests.connection_budget import many_connections
 from tests.helpers import WorkerProcess, wait_until
 from tests.testapp.models import BodyRun, Sent
 
 #: The worker processes of the chaos scenarios load tests.chaos.tasks.
 SETTINGS = "tests.chaos.settings"
+
+T = TypeVar("T")
+
+
+def storm(need: int) -> Callable[[T], T]:
+    """Mark a storm: a scenario that kills and pauses its own workers and checks only what
+    ``check`` checks (no clock read against a bound, no server touched, deadlines of a
+    minute or more), so it may share the machine: make test runs it in the parallel phase,
+    where load is one more adversity, not a reason to fail. ``need``: its peak of
+    connections, measured alone, plus a margin (tests/connection_budget.py).
+    """
+
+    def mark(test: T) -> T:
+        marked: T = pytest.mark.storm(test)
+        return many_connections(need)(marked)
+
+    return mark
 
 
 def cannot_run_here(reason: str) -> None:

@@ -25,6 +25,7 @@ from tests.chaos.helpers import (
     check_steps,
     early_children,
     resume_due,
+    storm,
     unfinished,
     wait_finished,
 )
@@ -38,6 +39,7 @@ WORKERS = 3
 LEASE = 1.0
 
 
+@storm(36)
 def test_durable_workflow_storm(start_worker, record_figures):
     fleet = Fleet(start_worker, "durable-workflow", ["--lease", str(LEASE), "--concurrency", "4"])
     ends: list[int] = []  # the charges and shipments

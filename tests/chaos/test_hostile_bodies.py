@@ -20,7 +20,7 @@ import time
 
 from leasejobs.models import Job
 from tests.chaos import tasks
-from tests.chaos.helpers import Fleet, check, resume_due, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check, resume_due, storm, unfinished, wait_finished
 from tests.helpers import WorkerProcess
 
 WORKERS = 3
@@ -59,6 +59,7 @@ def _storm_problems(job_ids: list[int], fleet: Fleet) -> list[str]:
     return problems
 
 
+@storm(36)
 def test_hostile_bodies_under_kills_and_pauses(start_worker, record_figures):
     fleet = Fleet(
         start_worker, "hostile", ["--lease", "3", "--concurrency", "4", "--max-memory-per-child", "150"]

@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 
 from leasejobs.models import Slot
 from leasejobs.queues import controls
-from tests.chaos.helpers import Fleet, check, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check, storm, unfinished, wait_finished
 from tests.chaos.tasks import journaled_effect
 from tests.helpers import WorkerProcess
 from tests.journal import most_at_once, read, read_unbacked
@@ -43,6 +43,7 @@ def _places_held() -> int:
     return Slot.objects.filter(kind="concurrency", held_until__gte=Now()).count()
 
 
+@storm(40)
 def test_limits_storm(start_worker, record_figures, tmp_path: Path):
     path = tmp_path / "journal"
     controls.set_limits("limited", concurrency=LIMIT)

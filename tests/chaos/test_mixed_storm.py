@@ -27,7 +27,7 @@ from django.db import connection
 
 from leasejobs.models import Job
 from tests.chaos import tasks
-from tests.chaos.helpers import Fleet, check, resume_due, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check, resume_due, storm, unfinished, wait_finished
 from tests.helpers import WorkerProcess
 from tests.testapp.models import Sent
 
@@ -83,6 +83,7 @@ def _storm_problems(job_ids: list[int], orphans: dict[int, int]) -> list[str]:
     return problems
 
 
+@storm(36)
 def test_mixed_storm(start_worker, record_figures):
     fleet = Fleet(start_worker, "mixed", ["--lease", "5", "--concurrency", "4"])
     # In four rounds, so that every kind of job runs all through the storm.

@@ -11,7 +11,7 @@ import random
 import signal
 import time
 
-from tests.chaos.helpers import Fleet, check, enqueue_effects, resume_due, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check, enqueue_effects, resume_due, storm, unfinished, wait_finished
 from tests.helpers import WorkerProcess
 
 JOBS = 180
@@ -19,6 +19,7 @@ WORKERS = 3
 LEASE = 1.0
 
 
+@storm(36)
 def test_pause_storm(start_worker, record_figures):
     fleet = Fleet(start_worker, "pause", ["--lease", str(LEASE), "--concurrency", "4"])
     job_ids = enqueue_effects(JOBS, seconds=0.4)

@@ -10,12 +10,13 @@ import random
 import signal
 import time
 
-from tests.chaos.helpers import Fleet, check, enqueue_effects, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check, enqueue_effects, storm, unfinished, wait_finished
 
 JOBS = 300
 WORKERS = 3
 
 
+@storm(36)
 def test_sigkill_storm(start_worker, record_figures):
     fleet = Fleet(start_worker, "kill", ["--lease", "1", "--concurrency", "4"])
     job_ids = enqueue_effects(JOBS, seconds=0.3)

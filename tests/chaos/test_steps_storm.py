@@ -15,7 +15,7 @@ import signal
 import time
 
 import leasejobs
-from tests.chaos.helpers import Fleet, check_steps, resume_due, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check_steps, resume_due, storm, unfinished, wait_finished
 from tests.helpers import WorkerProcess
 from tests.testapp.step_tasks import chaos_key, chaos_steps
 
@@ -24,6 +24,7 @@ WORKERS = 3
 LEASE = 1.0
 
 
+@storm(36)
 def test_steps_storm(start_worker, record_figures):
     fleet = Fleet(start_worker, "steps", ["--lease", str(LEASE), "--concurrency", "4"])
     job_ids = [chaos_steps.enqueue(0.2).id for _ in range(JOBS)]

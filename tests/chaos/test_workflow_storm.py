@@ -15,7 +15,7 @@ import time
 
 import leasejobs
 from leasejobs.models import Job, WorkflowEdge
-from tests.chaos.helpers import Fleet, check, early_children, resume_due, unfinished, wait_finished
+from tests.chaos.helpers import Fleet, check, early_children, resume_due, storm, unfinished, wait_finished
 from tests.chaos.tasks import effect
 from tests.helpers import WorkerProcess
 
@@ -25,6 +25,7 @@ WORKERS = 3
 LEASE = 1.0
 
 
+@storm(36)
 def test_workflow_storm(start_worker, record_figures):
     fleet = Fleet(start_worker, "workflow", ["--lease", str(LEASE), "--concurrency", "4"])
     job_ids: list[int] = []
