@@ -59,8 +59,8 @@ def main() -> None:
                     INSERT INTO leasejobs_job (task_name, queue, priority, args, kwargs, status, attempt,
                         max_attempts, run_at, leased_by, cancel_requested, last_error, errors, worker_ids,
                         created_at, snoozes, lease_until, runs)
-                    SELECT 'finish.cost', %s, 0, '[]', '{}', 'running', 1, 1, now(), %s, false, '', '[]',
-                           '[]', now(), 0, now() + interval '1 hour', 1
+                    SELECT 'finish.cost', %s, 0, '[]', '{}', 'running', 1, 1, now(), %s, false, '', NULL,
+                           NULL, now(), 0, now() + interval '1 hour', 1
                     FROM generate_series(1, %s) RETURNING id
                     """,
                     [QUEUE, WORKER, options.jobs],

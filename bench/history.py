@@ -26,8 +26,8 @@ INSERT INTO leasejobs_job (
     cancel_requested, last_error, errors, worker_ids, result, created_at, started_at, finished_at
 )
 SELECT 'app.tasks.send_receipt', 'default', 0, jsonb_build_array(g), '{}', 'done', 1, 1, 5,
-       now() - interval '8 days' + g * interval '10 us', 'web-1-4242-abcdef', false, '', '[]',
-       '["web-1-4242-abcdef"]', '{"created": true}', now() - interval '8 days',
+       now() - interval '8 days' + g * interval '10 us', 'web-1-4242-abcdef', false, '', NULL,
+       NULL, '{"created": true}', now() - interval '8 days',
        now() - interval '8 days', now() - interval '8 days' + g * interval '10 us'
 FROM generate_series(%(first)s, %(last)s) AS g
 """
@@ -36,8 +36,8 @@ CHURN = [
     """
     INSERT INTO leasejobs_job (task_name, queue, priority, args, kwargs, status, attempt, runs,
         max_attempts, run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at)
-    SELECT 'app.tasks.churn', 'default', 0, '[]', '{}', 'queued', 0, 0, 5, now(), '', false, '', '[]',
-           '[]', now()
+    SELECT 'app.tasks.churn', 'default', 0, '[]', '{}', 'queued', 0, 0, 5, now(), '', false, '', NULL,
+           NULL, now()
     FROM generate_series(1, 100000)
     """,
     """

@@ -42,7 +42,7 @@ INSERT = """
 INSERT INTO leasejobs_job (task_name, queue, priority, args, kwargs, status, attempt, runs, snoozes,
     max_attempts, run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at)
 SELECT 'bench.pinned_front', %(queue)s, 0, '[]', '{}', 'queued', 0, 0, 0,
-       1, now() + g * interval '1 us', '', false, '', '[]', '[]', now()
+       1, now() + g * interval '1 us', '', false, '', NULL, NULL, now()
 FROM generate_series(1, %(jobs)s) AS g
 """
 CLAIM = """

@@ -517,7 +517,7 @@ class Bench:
                 run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at
             )
             SELECT %(task)s, %(queue)s, 0, '[]', '{}', 'queued', 0, 0, 0, 1,
-                   now(), '', false, '', '[]', '[]', now()
+                   now(), '', false, '', NULL, NULL, now()
             FROM generate_series(1, %(rows)s)
             """,
             {"task": NOOP, "queue": QUEUE, "rows": rows},
