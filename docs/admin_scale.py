@@ -7,9 +7,12 @@ Usage (against a throwaway database, never one that matters):
     python docs/admin_scale.py --fill 1000000   # TRUNCATEs the jobs, inserts N rows, VACUUM ANALYZE
     python docs/admin_scale.py                  # measures
     python docs/admin_scale.py --charts         # the overview's charts only
+    python docs/admin_scale.py --only overview  # the overview's pages only, warm and cold
 
 Each page is fetched with Django's test client as a superuser, three times
-(the best time is reported, after one warm-up), with every query captured;
+(the best and the worst time are reported, after one warm-up), with every
+query captured; the pages named "cold" are fetched with every stored chart
+point deleted before each fetch;
 the plan of the changelist's row query is shown so one can see which index
 serves it. Then each chart query of the overview
 (``leasejobs.db.sql.charts.QUERIES``) is timed alone, over the last hour and
@@ -89,7 +92,15 @@ PAGES = [
     ("job page", "/admin/leasejobs/job/{last_id}/change/"),
     ("job page, a failed job", "/admin/leasejobs/job/{failed_id}/change/"),
     ("overview", "/admin/leasejobs/joboverview/"),
+    ("overview, day", "/admin/leasejobs/joboverview/?window=day"),
     ("queues", "/admin/leasejobs/queue/"),
+]
+
+#: Pages fetched cold: every stored chart point deleted before each fetch
+#: (after a deploy, or when nobody looked for two days).
+COLD_PAGES = [
+    ("overview, day, cold", "/admin/leasejobs/joboverview/?window=day"),
+    ("overview, hour, cold", "/admin/leasejobs/joboverview/"),
 ]
 
 
@@ -103,7 +114,8 @@ def fill(n: int, span_days: float | None = None) -> None:
     print(f"filled {n:,} jobs in {time.perf_counter() - started:.1f} s")
 
 
-def measure() -> None:
+def measure(only: str | None = None) -> None:
+    """Time each page (``only``: those whose name holds it, and no plans or chart table)."""
     user, _ = User.objects.get_or_create(username="scale", defaults={"is_staff": True, "is_superuser": True})
     client = Client(HTTP_HOST="localhost")
     client.force_login(user)
@@ -111,27 +123,35 @@ def measure() -> None:
     last_id = Job.objects.order_by("-id").values_list("id", flat=True).first()
     failed_id = Job.objects.filter(status="failed").order_by("-id").values_list("id", flat=True).first()
     print(f"{rows:,} jobs in the table; PostgreSQL {connection.pg_version}")
-    print(f"{'page':34} {'status':>6} {'queries':>7} {'best ms':>8} {'SQL ms':>7}")
+    print(f"{'page':34} {'status':>6} {'queries':>7} {'best ms':>8} {'worst ms':>8} {'SQL ms':>7}")
     every = {}
-    for name, url in PAGES:
+    for name, url in [*PAGES, *COLD_PAGES]:
+        if only is not None and only not in name:
+            continue
         url = url.format(last_id=last_id, failed_id=failed_id)
+        cold = (name, url) in COLD_PAGES
         client.get(url)  # warm-up
         best = None
+        worst = 0.0
         for _ in range(3):
+            if cold:
+                ChartPoint.objects.all().delete()
             with CaptureQueriesContext(connection) as queries:
                 started = time.perf_counter()
                 response = client.get(url)
                 elapsed = (time.perf_counter() - started) * 1000
             sql_ms = sum(float(q["time"]) for q in queries.captured_queries) * 1000
+            worst = max(worst, elapsed)
             if best is None or elapsed < best[0]:
                 # captured_queries is a view of the connection's log: copy it.
                 best = (elapsed, sql_ms, response.status_code, list(queries.captured_queries))
         elapsed, sql_ms, status, captured = best
         count = len(captured)
-        print(f"{name:34} {status:>6} {count:>7} {elapsed:>8.1f} {sql_ms:>7.1f}")
+        print(f"{name:34} {status:>6} {count:>7} {elapsed:>8.1f} {worst:>8.1f} {sql_ms:>7.1f}")
         every[name] = captured
-        if name == "changelist":
-            changelist_queries = captured
+    if only is not None:
+        return
+    changelist_queries = every["changelist"]
     print("\nqueries of the unfiltered changelist:")
     for q in changelist_queries:
         print(f"  {float(q['time']) * 1000:7.2f} ms  {q['sql'][:110]}")
@@ -174,10 +194,11 @@ if __name__ == "__main__":
         "--span-days", type=float, metavar="D", help="with --fill: spread them over D days (else 0.5 s apart)"
     )
     parser.add_argument("--charts", action="store_true", help="time the overview's charts only")
+    parser.add_argument("--only", metavar="TEXT", help="time only the pages whose name holds TEXT")
     options = parser.parse_args()
     if options.fill:
         fill(options.fill, options.span_days)
     if options.charts:
         measure_charts()
     else:
-        measure()
+        measure(options.only)
