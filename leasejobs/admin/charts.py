@@ -1,5 +1,7 @@
 """The overview's charts over time: four queries over the jobs table, closed buckets stored.
 
+Which buckets are stored, and by whom: ``leasejobs.db.chartpoints``.
+
 Each query reads only what two partial indexes serve: the jobs finished in
 the window (``leasejobs_job_finished``) and the active jobs (``leasejobs_job_claim``),
 so its cost follows the jobs of the window, not the table's history
@@ -24,75 +26,22 @@ ones as zero.
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from leasejobs.db import facade
+from leasejobs.db import chartpoints, facade
+from leasejobs.db.chartpoints import SERIES, WINDOWS, Window
 
-
-@dataclass(frozen=True)
-class Window:
-    name: str
-    label: str
-    span: timedelta
-    step: timedelta
-
-
-WINDOWS = {
-    "hour": Window("hour", "last hour, per minute", timedelta(hours=1), timedelta(minutes=1)),
-    "day": Window("day", "last day, per 15 minutes", timedelta(days=1), timedelta(minutes=15)),
-}
-
-
-#: Each query's value columns, as series names (the backlog's series are its queues).
-SERIES = {"throughput": ("finished", "failed"), "queue_time": ("p50", "p95"), "leases_lost": ("lost",)}
-
-
-def run(name: str, step: timedelta, since: datetime) -> list[tuple[datetime, str, float | None]]:
-    """Chart query ``name`` from bucket ``since`` to now, as (bucket, series, value) points."""
-    rows = facade.chart_rows(name, {"step": step, "since": since})
-    if name == "backlog":
-        return [(t, queue, float(n)) for t, queue, n in rows]
-    return [(r[0], series, r[k]) for r in rows for k, series in enumerate(SERIES[name], 1)]
+__all__ = ["SERIES", "WINDOWS", "Chart", "Series", "Window", "build", "points"]
 
 
 def points(name: str, window: Window) -> tuple[list[datetime], dict[str, dict[datetime, float | None]]]:
-    """The window's bucket starts, and each series' values by bucket.
+    """The window's bucket starts, and each series' values by bucket (``chartpoints.points``).
 
-    Closed buckets are computed once and stored (``leasejobs_chartpoint``);
-    each call computes only the buckets not stored yet and the current one,
-    so a page that refreshes every few seconds reads a minute or a quarter
-    of an hour of jobs, not a day of them. A closed bucket does not change:
-    jobs finish (and are claimed) on the database clock, now, in the
-    current bucket.
+    Closed buckets are computed once and stored (``leasejobs_chartpoint``),
+    by the first page that needs them or, as they close, by a running
+    worker (``leasejobs.worker.charts``); each call computes only the
+    buckets not stored yet and the current one.
     """
-    step_seconds = int(window.step.total_seconds())
     with facade.chart_transaction() as cursor:
-        current = facade.current_bucket(cursor, window.step)
-        count = int(window.span / window.step)
-        times = [current - window.step * (count - 1 - i) for i in range(count)]
-        stored = facade.read_points(
-            cursor, {"chart": name, "step_seconds": step_seconds, "first": times[0], "current": current}
-        )
-        known = {t for t, _, _ in stored}
-        missing = [t for t in times[:-1] if t not in known]
-        fresh = run(name, window.step, missing[0] if missing else current)
-        closed = [(t, series, v) for t, series, v in fresh if t < current and t not in known]
-        marks = [(t, "", None) for t in missing]
-        if missing:
-            new = closed + marks
-            facade.write_points(
-                cursor,
-                {
-                    "chart": name,
-                    "step_seconds": step_seconds,
-                    "ts": [p[0] for p in new],
-                    "series": [p[1] for p in new],
-                    "values": [p[2] for p in new],
-                },
-            )
-    values: dict[str, dict[datetime, float | None]] = {}
-    for t, series, v in [*stored, *fresh]:
-        if series:
-            values.setdefault(series, {})[t] = v
-    return times, values
+        return chartpoints.points(cursor, name, window)
 
 
 @dataclass

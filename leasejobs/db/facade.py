@@ -24,8 +24,8 @@ from django.db import connections, transaction
 
 from leasejobs.conf import db_alias
 from leasejobs.db import sql
-from leasejobs.db.sql import charts, prune, queues, steps, workers
 from leasejobs.db.sql import connections as conn_sql
+from leasejobs.db.sql import prune, queues, steps, workers
 from leasejobs.db.sql import workflows as workflow_sql
 
 Row = tuple[Any, ...]
@@ -366,35 +366,12 @@ def periodic(statement: str, params: Mapping[str, Any]) -> list[Row]:
 # -- the charts -----------------------------------------------------------------
 
 
-def chart_rows(name: str, params: Mapping[str, Any]) -> list[Row]:
-    """Chart query ``name`` (``charts.QUERIES``)."""
-    return _rows(charts.QUERIES[name], params)
-
-
 @contextlib.contextmanager
 def chart_transaction() -> Iterator[Any]:
-    """The transaction that reads and stores a chart's points, JIT off, and its cursor."""
+    """The transaction that reads and stores a chart's points, and its cursor
+    (``leasejobs.db.chartpoints`` runs the statements)."""
     with _atomic(), _cursor() as cursor:
-        cursor.execute(charts.JIT_OFF)
         yield cursor
-
-
-def current_bucket(cursor: Any, step: dt.timedelta) -> dt.datetime:
-    cursor.execute(charts.CURRENT_BUCKET, {"step": step})
-    current: dt.datetime = cursor.fetchone()[0]
-    return current
-
-
-def read_points(cursor: Any, params: Mapping[str, Any]) -> list[Row]:
-    cursor.execute(charts.READ_POINTS, params)
-    rows: list[Row] = cursor.fetchall()
-    return rows
-
-
-def write_points(cursor: Any, params: Mapping[str, Any]) -> None:
-    """Store closed buckets' points, and forget those past the longest window."""
-    cursor.execute(charts.WRITE_POINTS, params)
-    cursor.execute(charts.FORGET_POINTS)
 
 
 # -- leasejobs.testing: the worker's claim and finish on Django's connection ---

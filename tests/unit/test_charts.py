@@ -1,14 +1,18 @@
-"""The overview's charts: the numbers each query finds, their cache, and the page that draws them."""
+"""The overview's charts: what each query finds, their cache, who fills it, and the page that draws them."""
 
 import datetime as dt
 import re
 
+import psycopg
 import pytest
 from django.db import connection
 from django.db.models.functions import Now
+from django.test.utils import CaptureQueriesContext
 
 from leasejobs.admin import charts
+from leasejobs.db import chartpoints, facade
 from leasejobs.models import ChartPoint, Job
+from tests.helpers import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -139,3 +143,65 @@ def test_the_overview_draws_four_labelled_charts_with_tables(admin_client):
         assert ">jobs per minute</text>" in page and ">time (" in page
         assert "<polyline" in page
         assert re.search(r'"leasejobs-big">1</p>\s*<p>heartbeating; 0 holding a lease', page)
+
+
+def _stored_by_chart(step_seconds: int) -> dict[str, set[dt.datetime]]:
+    marks = ChartPoint.objects.filter(step_seconds=step_seconds, series="").values_list("chart", "t")
+    found: dict[str, set[dt.datetime]] = {}
+    for chart, t in marks:
+        found.setdefault(chart, set()).add(t)
+    return found
+
+
+def _keep(settled: dt.timedelta = dt.timedelta(0)) -> int | None:
+    with facade.chart_transaction() as cursor:
+        return chartpoints.keep(cursor, settled)
+
+
+def test_a_worker_stores_every_closed_bucket_with_the_values_a_page_computes_cold():
+    """``keep`` (a worker's step) stores what the page would have computed and stored itself:
+    the same points, so that the page, which then finds every closed bucket stored, reads
+    only the current one and shows the same charts."""
+    a_busy_hour()
+    cold = [charts.build(w) for w in charts.WINDOWS.values()]
+    by_page = set(ChartPoint.objects.values_list("chart", "step_seconds", "t", "series", "value"))
+    ChartPoint.objects.all().delete()
+    assert _keep() == 4 * (59 + 95)
+    by_worker = set(ChartPoint.objects.values_list("chart", "step_seconds", "t", "series", "value"))
+    assert by_worker == by_page
+    assert _keep() == 0  # nothing left to store
+    with CaptureQueriesContext(connection) as queries:
+        warm = [charts.build(w) for w in charts.WINDOWS.values()]
+    assert warm == cold
+    # Each chart query of the page read from the current bucket only, and stored nothing.
+    reads = [q["sql"] for q in queries.captured_queries if "generate_series" in q["sql"]]
+    assert len(reads) == 8
+    assert not [q for q in queries.captured_queries if "INSERT INTO leasejobs_chartpoint" in q["sql"]]
+
+
+def test_a_worker_leaves_a_bucket_closed_less_than_settled_ago_to_its_next_look():
+    """A job finished by a transaction that began before a bucket's end may commit after
+    it: a worker stores a bucket only once it has been closed for ``settled``."""
+    a_busy_hour()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT date_bin('1 minute', now() - interval '150 seconds', TIMESTAMPTZ '2000-01-01'), "
+            "date_bin('1 minute', now(), TIMESTAMPTZ '2000-01-01')"
+        )
+        settled_bucket, current = cursor.fetchone()
+    _keep(dt.timedelta(seconds=150))
+    minutes = _stored_by_chart(60)
+    assert set(minutes) == set(chartpoints.CHARTS)
+    for stored in minutes.values():
+        assert len(stored) == 59 and max(stored) == settled_bucket - dt.timedelta(minutes=1)
+    _keep()  # later (here: with nothing to wait for), the rest
+    assert all(max(stored) == current - dt.timedelta(minutes=1) for stored in _stored_by_chart(60).values())
+
+
+def test_while_one_transaction_keeps_the_points_another_does_not_wait_nor_compute():
+    a_busy_hour()
+    with psycopg.connect(database_url(), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtext('leasejobs_chartpoint'))")
+        assert _keep() is None
+        assert not ChartPoint.objects.exists()
+    assert _keep() == 4 * (59 + 95)

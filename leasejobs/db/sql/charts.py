@@ -1,13 +1,14 @@
 """The overview's charts: four queries over the jobs table, and the stored points
-of closed buckets (``leasejobs_chartpoint``)."""
+of closed buckets (``leasejobs_chartpoint``), run by ``leasejobs.db.chartpoints``."""
 
 #: Every bucket start from ``since`` (a bucket start) to now, oldest first; the last
 #: one is the current, still open bucket.
 _BUCKETS = """
 buckets AS (SELECT generate_series(%(since)s::timestamptz, now(), %(step)s) AS t)"""
 
-#: The start of the current bucket, on the database clock.
-CURRENT_BUCKET = "SELECT date_bin(%(step)s, now(), TIMESTAMPTZ '2000-01-01')"
+#: The start of the bucket that holds the moment %(ago)s before now, on the
+#: database clock (ago zero: the current bucket).
+BUCKET_AGO = "SELECT date_bin(%(step)s, now() - %(ago)s, TIMESTAMPTZ '2000-01-01')"
 
 THROUGHPUT = f"""
 WITH {_BUCKETS},
@@ -109,6 +110,11 @@ SELECT %(chart)s, %(step_seconds)s, p.t, p.series, p.value
 FROM unnest(%(ts)s::timestamptz[], %(series)s::text[], %(values)s::float8[]) AS p(t, series, value)
 ON CONFLICT (chart, step_seconds, t, series) DO NOTHING
 """
+
+#: Who stores closed buckets as they close: one transaction at a time, the others
+#: do not wait (a key of its own: the one-key form never meets the two-key
+#: locks of ``steps.LOCK_EVENT_KEY``).
+KEEP_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('leasejobs_chartpoint'))"
 
 #: Points are kept two days: the longest window is one.
 FORGET_POINTS = "DELETE FROM leasejobs_chartpoint WHERE t < now() - interval '2 days'"
