@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from json.scanner import make_scanner
 from typing import Any
 
@@ -215,7 +215,7 @@ class WorkerConnection:
         """Run one statement (its own transaction) and return its rows."""
         with self._lock:
             conn = self.connect()
-            try:
+            with self._guard(conn):
                 if not self.pooled or not self._settings or not self._settings_in_transaction:
                     cursor = conn.execute(query, params)
                     return cursor.fetchall() if cursor.description else []
@@ -223,27 +223,44 @@ class WorkerConnection:
                     conn.execute(self._set_config, self._settings_args)
                     cursor = conn.execute(query, params)
                     return cursor.fetchall() if cursor.description else []
-            except PREPARED_STATEMENT_ERRORS as exc:
-                # A transaction pooler the start-up probe did not see (see
-                # leasejobs.db.pooling): go on without prepared statements.
-                self._turn_pooled(exc)
-                raise psycopg.OperationalError(f"prepared statements fail here: {exc}") from exc
-            except READ_ONLY_ERRORS as exc:
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Cursor[Any]]:
+        """One transaction of several statements, and its cursor, for callers whose own
+        logic runs between them (the charts' stored points); failures as ``execute``'s."""
+        with self._lock:
+            conn = self.connect()
+            with self._guard(conn), conn.transaction(), conn.cursor() as cursor:
+                if self.pooled and self._settings and self._settings_in_transaction:
+                    cursor.execute(self._set_config, self._settings_args)
+                yield cursor
+
+    @contextlib.contextmanager
+    def _guard(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """What a failed statement does to the connection: a pooler seen, read-only, or gone."""
+        try:
+            yield
+        except PREPARED_STATEMENT_ERRORS as exc:
+            # A transaction pooler the start-up probe did not see (see
+            # leasejobs.db.pooling): go on without prepared statements.
+            self._turn_pooled(exc)
+            raise psycopg.OperationalError(f"prepared statements fail here: {exc}") from exc
+        except READ_ONLY_ERRORS as exc:
+            self.close()
+            self._failed()
+            logger.warning(
+                "the database answers read-only on the %s connection worker=%s; waiting until it "
+                "takes writes again",
+                self.purpose,
+                self.worker_id,
+            )
+            raise psycopg.OperationalError(f"the database is read-only: {exc}") from exc
+        except CONNECTION_ERRORS:
+            if conn.closed or conn.broken:
                 self.close()
                 self._failed()
-                logger.warning(
-                    "the database answers read-only on the %s connection worker=%s; waiting until it "
-                    "takes writes again",
-                    self.purpose,
-                    self.worker_id,
-                )
-                raise psycopg.OperationalError(f"the database is read-only: {exc}") from exc
-            except CONNECTION_ERRORS:
-                if conn.closed or conn.broken:
-                    self.close()
-                    self._failed()
-                    logger.warning("lost %s connection worker=%s; reconnecting", self.purpose, self.worker_id)
-                raise
+                logger.warning("lost %s connection worker=%s; reconnecting", self.purpose, self.worker_id)
+            raise
 
     def _turn_pooled(self, exc: BaseException) -> None:
         """Go on as through a transaction pooler: no startup options, no prepared statements."""

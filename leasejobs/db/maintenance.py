@@ -3,13 +3,17 @@
 ``runworker``'s start checks the database on a short-lived connection of its
 own (reachable, migrated, autovacuum on); the pooler check reads a
 connection's server process; the vacuum thread runs on its own autocommit
-``WorkerConnection``. Their texts are ``leasejobs.db.sql``'s.
+``WorkerConnection``, where it also stores the overview charts' closed
+buckets as they close (``leasejobs.db.chartpoints``). Their texts are
+``leasejobs.db.sql``'s.
 """
 
+import datetime as dt
 from typing import Any
 
 import psycopg
 
+from leasejobs.db import chartpoints
 from leasejobs.db.connection import WorkerConnection
 from leasejobs.db.sql import connections as conn_sql
 from leasejobs.db.sql import vacuum
@@ -48,3 +52,14 @@ def may_vacuum(conn: WorkerConnection) -> list[Row]:
 def vacuum_jobs(conn: WorkerConnection) -> None:
     """VACUUM the job table (``VACUUM``), outside any transaction."""
     conn.execute(vacuum.VACUUM)
+
+
+def keep_chart_points(conn: WorkerConnection, settled: dt.timedelta) -> tuple[int | None, dt.datetime]:
+    """Store the charts' closed buckets not stored yet (``chartpoints.keep``: how many, None
+    when another worker does it now), in one transaction; and the database clock."""
+    with conn.transaction() as cursor:
+        computed = chartpoints.keep(cursor, settled)
+        cursor.execute(conn_sql.STATEMENT_NOW)
+        row = cursor.fetchone()
+        assert row is not None
+        return computed, row[0]

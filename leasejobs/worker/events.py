@@ -320,6 +320,30 @@ class Events:
             describe(exc),
         )
 
+    def charts_stored(self, buckets: int, seconds: float) -> None:
+        logger.debug(
+            "stored %d closed buckets of the overview's charts worker=%s in %.0f ms",
+            buckets,
+            self.worker_id,
+            seconds * 1000,
+        )
+
+    def charts_off(self, why: str) -> None:
+        logger.info(
+            "this worker does not store the overview charts' closed buckets worker=%s: %s; "
+            "the overview computes those it finds missing",
+            self.worker_id,
+            one_line(why),
+        )
+
+    def charts_not_stored(self, exc: BaseException, retry_seconds: float) -> None:
+        logger.warning(
+            "cannot store the overview charts' closed buckets worker=%s: %s; trying again in %.0f s",
+            self.worker_id,
+            describe(exc),
+            retry_seconds,
+        )
+
     def vacuum_skipped(self) -> None:
         logger.debug("vacuum skipped worker=%s: leasejobs_job is being vacuumed already", self.worker_id)
 

@@ -12,6 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from leasejobs.admin import charts
 from leasejobs.db import chartpoints, facade
 from leasejobs.models import ChartPoint, Job
+from leasejobs.worker import charts as worker_charts
+from leasejobs.worker.events import Events
 from tests.helpers import database_url
 
 pytestmark = pytest.mark.django_db
@@ -205,3 +207,52 @@ def test_while_one_transaction_keeps_the_points_another_does_not_wait_nor_comput
         assert _keep() is None
         assert not ChartPoint.objects.exists()
     assert _keep() == 4 * (59 + 95)
+
+
+@pytest.mark.parametrize(
+    ("clock", "seconds"),
+    [
+        ("12:00:03", 2.5),  # 11:59 closed 3 s ago: stored 5 s after its end (and half a second)
+        ("12:00:05.5", 60.0),  # stored now: the next one, a minute on
+        ("12:00:30", 35.5),
+        ("12:00:00", 5.5),
+    ],
+)
+def test_a_worker_looks_again_once_the_next_minute_has_settled(clock: str, seconds: float):
+    at = dt.datetime.fromisoformat(f"2026-12-04T{clock}+00:00")
+    assert worker_charts.next_look(at) == pytest.approx(seconds)
+
+
+def test_a_failing_look_is_one_warning_then_a_try_a_minute_never_an_exception(monkeypatch, caplog):
+    """The vacuum thread runs the keeper: an exception would end the worker (exit 70)."""
+    calls: list[float] = []
+
+    def fail(conn: object, settled: dt.timedelta) -> None:
+        calls.append(clock[0])
+        raise psycopg.OperationalError("the database is read-only")
+
+    clock = [1000.0]
+    monkeypatch.setattr(worker_charts.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(worker_charts.maintenance, "keep_chart_points", fail)
+    keeper = worker_charts.ChartKeeper(object(), Events("w-1"))  # type: ignore[arg-type]
+    for _ in range(3):
+        keeper.tick()
+        clock[0] += 30
+    assert calls == [1000.0, 1060.0]
+    assert caplog.text.count("cannot store the overview charts' closed buckets worker=w-1") == 1
+
+
+def test_a_role_that_may_not_write_the_points_is_told_once_and_the_keeper_stops(monkeypatch, caplog):
+    """docs/least-privilege.md's worker role has no grant on leasejobs_chartpoint: its
+    worker says so once at INFO, and its vacuum thread stops asking."""
+
+    def refuse(conn: object, settled: dt.timedelta) -> None:
+        raise psycopg.errors.InsufficientPrivilege("permission denied for table leasejobs_chartpoint")
+
+    monkeypatch.setattr(worker_charts.maintenance, "keep_chart_points", refuse)
+    keeper = worker_charts.ChartKeeper(object(), Events("w-1"))  # type: ignore[arg-type]
+    with caplog.at_level("INFO", logger="leasejobs.worker"):
+        assert keeper.tick() is False
+    assert "this worker does not store the overview charts' closed buckets worker=w-1" in caplog.text
+    assert "GRANT SELECT, INSERT, DELETE ON leasejobs_chartpoint" in caplog.text
+    assert "WARNING" not in caplog.text
