@@ -8,6 +8,7 @@ Usage (against a throwaway database, never one that matters):
     python docs/admin_scale.py                  # measures
     python docs/admin_scale.py --charts         # the overview's charts only
     python docs/admin_scale.py --only overview  # the overview's pages only, warm and cold
+    python docs/admin_scale.py --with-worker    # the day overview once a worker stored its charts
 
 Each page is fetched with Django's test client as a superuser, three times
 (the best and the worst time are reported, after one warm-up), with every
@@ -21,6 +22,8 @@ the last day, best of three after a warm-up. See docs/admin.md for the figures.
 
 import argparse
 import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -187,6 +190,55 @@ def measure_charts() -> None:
             print(f"{name:12} {window.name:6} {cold:>8.1f} {warm:>8.1f}")
 
 
+def measure_with_worker(rounds: int = 3) -> None:
+    """The day overview once a worker stored the closed buckets: each round deletes every
+    stored point (a fresh deploy, or two days unseen), starts ``runworker --queue idle``
+    (it claims nothing: the jobs stay as filled), waits until its vacuum thread stored
+    every closed bucket, then fetches the page once (no page looked before) and three
+    times more."""
+    user, _ = User.objects.get_or_create(username="scale", defaults={"is_staff": True, "is_superuser": True})
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(user)
+    url = "/admin/leasejobs/joboverview/?window=day"
+    every = len(chart_sql.QUERIES) * sum(int(w.span / w.step) - 1 for w in charts.WINDOWS.values())
+    print(
+        f"{'round':5} {'worker stored':>22} {'first ms':>8} {'SQL ms':>7} {'then best':>9} {'worst':>6} load"
+    )
+    for n in range(1, rounds + 1):
+        ChartPoint.objects.all().delete()
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "runworker", "--queue", "idle", "--no-periodic", "-v", "2"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            began = time.monotonic()
+            while ChartPoint.objects.filter(series="").count() < every:
+                if time.monotonic() - began > 120:
+                    raise SystemExit("the worker stored no charts in 2 minutes")
+                time.sleep(0.05)
+            with CaptureQueriesContext(connection) as queries:
+                started = time.perf_counter()
+                client.get(url)
+                first = (time.perf_counter() - started) * 1000
+            sql_ms = sum(float(q["time"]) for q in queries.captured_queries) * 1000
+            later = []
+            for _ in range(3):
+                started = time.perf_counter()
+                client.get(url)
+                later.append((time.perf_counter() - started) * 1000)
+        finally:
+            worker.terminate()
+            log = worker.communicate(timeout=60)[0]
+        stored = re.findall(r"stored (\d+) closed buckets .* in (\d+) ms", log)
+        said = ", ".join(f"{b} in {ms} ms" for b, ms in stored)
+        load = os.getloadavg()[0]
+        times = f"{first:>8.1f} {sql_ms:>7.1f} {min(later):>9.1f} {max(later):>6.1f}"
+        print(f"{n:5} {said:>22} {times} {load:.2f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fill", type=int, metavar="N", help="truncate the jobs and insert N rows first")
@@ -195,10 +247,15 @@ if __name__ == "__main__":
     )
     parser.add_argument("--charts", action="store_true", help="time the overview's charts only")
     parser.add_argument("--only", metavar="TEXT", help="time only the pages whose name holds TEXT")
+    parser.add_argument(
+        "--with-worker", action="store_true", help="time the day overview once a worker stored its charts"
+    )
     options = parser.parse_args()
     if options.fill:
         fill(options.fill, options.span_days)
     if options.charts:
         measure_charts()
+    elif options.with_worker:
+        measure_with_worker()
     else:
         measure(options.only)
