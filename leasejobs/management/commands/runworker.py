@@ -143,7 +143,8 @@ class Command(BaseCommand):
             "--no-vacuum",
             action="store_true",
             help="Never VACUUM leasejobs_job from this worker (by default a worker whose role may "
-            "does, when dead row versions pile up: LEASEJOBS['VACUUM_THRESHOLD']).",
+            "does, when dead row versions pile up: LEASEJOBS['VACUUM_THRESHOLD']), nor store the "
+            "admin overview's chart points (its vacuum thread's other step).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
