@@ -62,11 +62,22 @@ def run(cursor: Any, name: str, step: dt.timedelta, since: dt.datetime) -> list[
     return [(r[0], series, r[k]) for r in rows for k, series in enumerate(SERIES[name], 1)]
 
 
-def bucket(cursor: Any, step: dt.timedelta, ago: dt.timedelta = dt.timedelta(0)) -> dt.datetime:
-    """The start of the bucket that holds the moment ``ago`` before now, on the database clock."""
-    cursor.execute(sql.BUCKET_AGO, {"step": step, "ago": ago})
+def bucket(cursor: Any, step: dt.timedelta) -> dt.datetime:
+    """The start of the current bucket, on the database clock."""
+    return _start(cursor, sql.BUCKET_AGO, {"step": step, "ago": dt.timedelta(0)})
+
+
+def unsettled_bucket(cursor: Any, step: dt.timedelta, settled: dt.timedelta) -> dt.datetime:
+    """The start of the first bucket that may still change (``sql.UNSETTLED_BUCKET``)."""
+    return _start(cursor, sql.UNSETTLED_BUCKET, {"step": step, "ago": settled})
+
+
+def _start(cursor: Any, statement: str, params: dict[str, dt.timedelta]) -> dt.datetime:
+    """A bucket start, in UTC: the worker's connection answers in the server's time zone,
+    where subtracting whole steps would follow the wall clock across a change of summer time."""
+    cursor.execute(statement, params)
     start: dt.datetime = cursor.fetchone()[0]
-    return start
+    return start.astimezone(dt.UTC)
 
 
 def bucket_times(window: Window, current: dt.datetime) -> list[dt.datetime]:
@@ -132,10 +143,15 @@ def keep(cursor: Any, settled: dt.timedelta) -> int | None:
     """Store every chart's closed buckets of every window that are not stored yet; how many
     buckets that was (0: none missing), or None when another transaction keeps them now.
 
-    A bucket counts as closed here once it has been closed for ``settled``:
-    a job finished by a transaction that began just before the bucket's end
-    commits a moment after it, and a bucket stored before that commit would
-    miss it for good. Under a transaction-level advisory lock, taken without
+    A bucket counts as closed here once it has been closed for ``settled``
+    and every transaction open on the database that this role can see began
+    after its end: a job enqueued or finished by a transaction that began
+    before the bucket's end commits after it, and a bucket stored before that
+    commit would miss it for good (a request that enqueues and then waits on
+    a slow API, a paused worker in mid-finish). Its statements give up on a
+    lock after a second (``sql.KEEP_BOUNDS``): the points table locked by a
+    migration fails the step, never the vacuum thread that runs it. Under a
+    transaction-level advisory lock, taken without
     waiting: of many workers looking at the same moment, one does the work
     and the others see it done at their next look. Run right after each
     bucket closes, it reads that bucket's jobs only (and the current
@@ -146,10 +162,11 @@ def keep(cursor: Any, settled: dt.timedelta) -> int | None:
     cursor.execute(sql.KEEP_LOCK)
     if not cursor.fetchone()[0]:
         return None
+    cursor.execute(sql.KEEP_BOUNDS)
     cursor.execute(sql.JIT_OFF)
     computed = 0
     for window in WINDOWS.values():
-        times = bucket_times(window, bucket(cursor, window.step, settled))
+        times = bucket_times(window, unsettled_bucket(cursor, window.step, settled))
         for name in CHARTS:
             known = {t for t, _, _ in _stored(cursor, name, window, times)}
             missing = [t for t in times[:-1] if t not in known]

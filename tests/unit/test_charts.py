@@ -256,3 +256,16 @@ def test_a_role_that_may_not_write_the_points_is_told_once_and_the_keeper_stops(
     assert "this worker does not store the overview charts' closed buckets worker=w-1" in caplog.text
     assert "GRANT SELECT, INSERT, DELETE ON leasejobs_chartpoint" in caplog.text
     assert "WARNING" not in caplog.text
+
+
+def test_bucket_starts_are_in_utc_whatever_the_time_zone_of_the_connection():
+    """A worker's own connection answers in the server's time zone; a window's buckets are
+    whole steps back from the current one, which on a zone's wall clock would be off by an
+    hour across a change of summer time. So bucket starts come back in UTC."""
+    with psycopg.connect(database_url(), options="-c TimeZone=Europe/Berlin") as conn, conn.cursor() as cur:
+        for start in (
+            chartpoints.bucket(cur, dt.timedelta(minutes=1)),
+            chartpoints.unsettled_bucket(cur, dt.timedelta(minutes=15), dt.timedelta(seconds=5)),
+        ):
+            assert start.tzinfo is dt.UTC
+            assert start.second == 0 and start.microsecond == 0

@@ -10,6 +10,25 @@ buckets AS (SELECT generate_series(%(since)s::timestamptz, now(), %(step)s) AS t
 #: database clock (ago zero: the current bucket).
 BUCKET_AGO = "SELECT date_bin(%(step)s, now() - %(ago)s, TIMESTAMPTZ '2000-01-01')"
 
+#: The start of the first bucket that may still change: the one that holds the
+#: moment %(ago)s before now, or the start of the oldest transaction open on this
+#: database, if earlier. A job's ``created_at`` is its enqueuing transaction's
+#: start (``now()``), so a transaction open across a bucket's end can still add
+#: a job to the backlog of a bucket that has closed; only the sessions this role
+#: may see count (its own, or all with ``pg_read_all_stats``), the others are
+#: covered by %(ago)s alone.
+UNSETTLED_BUCKET = """
+SELECT date_bin(%(step)s,
+                LEAST(now() - %(ago)s,
+                      (SELECT min(xact_start) FROM pg_stat_activity
+                       WHERE datname = current_database() AND pid <> pg_backend_pid())),
+                TIMESTAMPTZ '2000-01-01')"""
+
+#: The keeper's bounds: a lock held on the points table (a migration, a
+#: ``VACUUM FULL``) fails its step at once instead of holding up the vacuum
+#: thread that runs it, and no step runs for more than a minute.
+KEEP_BOUNDS = "SELECT set_config('lock_timeout', '1s', true), set_config('statement_timeout', '60s', true)"
+
 THROUGHPUT = f"""
 WITH {_BUCKETS},
 agg AS (
