@@ -128,21 +128,17 @@ sized AS (
     -- the rows before it in claim order: the claim keeps rows only while
     -- they fit in ``max_bytes`` (the first always).
     SELECT p.*, b.bytes,
-           sum(CASE WHEN b.bytes > %(max_row_bytes)s THEN 0 ELSE b.bytes END)
-               OVER (ORDER BY p.priority DESC, p.run_at, p.id) AS upto
+           sum(CASE WHEN b.bytes > %(max_row_bytes)s THEN 0 ELSE b.bytes END) OVER w AS upto,
+           -- Kept rows are a prefix of this order (the bytes before a row only
+           -- grow), so the first ``counted`` here are the first kept.
+           row_number() OVER w <= %(counted)s AS counted
     FROM picked AS p
     CROSS JOIN LATERAL (SELECT octet_length(p.args_text) + octet_length(p.kwargs_text) AS bytes) AS b
+    WINDOW w AS (ORDER BY p.priority DESC, p.run_at, p.id)
 ),
 kept AS (
     SELECT * FROM sized
     WHERE upto - CASE WHEN bytes > %(max_row_bytes)s THEN 0 ELSE bytes END < %(max_bytes)s
-),
-counted AS (
-    -- The first rows in claim order: a top-N sort, not a ranking of them all.
-    SELECT ARRAY(SELECT id FROM kept ORDER BY priority DESC, run_at, id LIMIT %(counted)s) AS ids
-),
-ranked AS (
-    SELECT p.*, p.id = ANY (c.ids) AS counted FROM kept AS p, counted AS c
 ),
 durable AS (
     SELECT set_config('synchronous_commit', 'on', true) AS setting
@@ -151,7 +147,7 @@ claimed AS (
     UPDATE leasejobs_job AS j SET
 """
         + _CLAIM_SET
-        + """    FROM ranked AS p
+        + """    FROM kept AS p
     WHERE j.id = p.id AND (SELECT setting FROM durable) IS NOT NULL  -- once, not per row
     RETURNING j.id, j.task_name, j.attempt, j.runs, j.max_attempts,
               j.queue, CASE WHEN p.ended IS NOT NULL THEN j.status END AS ended, j.last_error,
@@ -169,7 +165,8 @@ SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, l
        trace_context, snoozes, retry_policy, 0 AS slots, bytes, priority, run_at::text
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0
-ORDER BY priority DESC, run_at, id
+-- Qualified: a bare run_at would name the output column, the text.
+ORDER BY claimed.priority DESC, claimed.run_at, claimed.id
 """
     )
 
