@@ -72,6 +72,19 @@ def value(conn: psycopg.Connection[tuple[Any, ...]], query: str, params: list[An
     return row[0]
 
 
+def backend_purposes(conn: psycopg.Connection[tuple[Any, ...]], known: list[int]) -> dict[int, str]:
+    """The bench workers' backends not in ``known``, each with its connection's purpose
+    (``application_name`` is "leasejobs PURPOSE WORKER_ID")."""
+    return {
+        pid: name.split()[1]
+        for pid, name in conn.execute(
+            "SELECT pid, application_name FROM pg_stat_activity"
+            " WHERE application_name LIKE 'leasejobs %%cpu-ab-%%' AND pid <> ALL(%s)",
+            [known],
+        )
+    }
+
+
 def bench_module(tree: Path) -> str:
     """Where the bench's tasks live in that tree: beside the library since issue 30, a package since 11."""
     if (tree / "bench/tasks.py").exists():
@@ -87,8 +100,20 @@ class Workload(NamedTuple):
     concurrency: int | None = None
 
 
-def one_run(tree: Path, url: str, jobs: int, level: str, load: Workload) -> tuple[float, float, float, float]:
-    """(worker µs/job, children µs/job, backends µs/job, jobs/s) of one drain."""
+class Drain(NamedTuple):
+    """What one drain cost, per job, and how fast it ran."""
+
+    worker: float
+    children: float
+    backends: float
+    rate: float
+    #: The backends' µs/job by the purpose their connection names (claim,
+    #: finish, heartbeat, vacuum, listen...): which statements to look at.
+    by_purpose: dict[str, float]
+
+
+def one_run(tree: Path, url: str, jobs: int, level: str, load: Workload) -> Drain:
+    """The CPU per job of one drain, and its jobs/s."""
     module = bench_module(tree)
     python = str(tree / ".venv/bin/python")
     env = dict(os.environ, DATABASE_URL=url, PYTHONPATH=str(tree))
@@ -147,12 +172,8 @@ def one_run(tree: Path, url: str, jobs: int, level: str, load: Workload) -> tupl
                     raise RuntimeError("the workers did not start listening within 60 s")
                 time.sleep(0.1)
             time.sleep(1)
-            backends = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'leasejobs %%cpu-ab-%%'"
-                )
-            ]
+            purposes = backend_purposes(conn, [])
+            backends = list(purposes)
             children = [c for p in procs for c in descendants(p.pid)]
             pids = [p.pid for p in procs] + children + backends
             before = {pid: cpu_seconds(pid) for pid in pids}
@@ -165,14 +186,8 @@ def one_run(tree: Path, url: str, jobs: int, level: str, load: Workload) -> tupl
                 time.sleep(0.05)
             # The finish and heartbeat connections open at their first use, during the drain:
             # all of their CPU is the drain's.
-            backends += [
-                r[0]
-                for r in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'leasejobs %%cpu-ab-%%'"
-                    " AND pid <> ALL(%s)",
-                    [backends],
-                )
-            ]
+            purposes.update(backend_purposes(conn, backends))
+            backends = list(purposes)
             children += [c for p in procs for c in descendants(p.pid) if c not in children]
             before.update({pid: 0.0 for pid in backends + children if pid not in before})
             pids = [p.pid for p in procs] + children + backends
@@ -189,11 +204,16 @@ def one_run(tree: Path, url: str, jobs: int, level: str, load: Workload) -> tupl
                 " FROM leasejobs_job WHERE id <> %s",
                 [template_id],
             )
-            return (
+            by_purpose = {
+                purpose: 1e6 * used([pid for pid, named in purposes.items() if named == purpose]) / jobs
+                for purpose in sorted(set(purposes.values()))
+            }
+            return Drain(
                 1e6 * used([p.pid for p in procs]) / jobs,
                 1e6 * used(children) / jobs,
                 1e6 * used(backends) / jobs,
                 jobs / span,
+                by_purpose,
             )
         finally:
             for p in procs:
@@ -229,15 +249,16 @@ def main() -> None:
         name, rest = spec.split("=", 1)
         directory, database = rest.rsplit(":", 1)
         trees[name] = (Path(directory).resolve(), f"{args.server}/{database}")
-    results: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {}
+    results: dict[tuple[str, str], list[Drain]] = {}
     for _ in range(args.rounds):
         for level in args.levels.split(","):
             for name, (tree, url) in trees.items():
-                worker, children, backends, rate = one_run(tree, url, args.jobs, level, load)
-                results.setdefault((level, name), []).append((worker, children, backends, rate))
+                d = one_run(tree, url, args.jobs, level, load)
+                results.setdefault((level, name), []).append(d)
                 print(
-                    f"{name} {level}: worker {worker:.1f} µs/job, children {children:.1f},"
-                    f" backends {backends:.1f}, total {worker + children + backends:.1f}; {rate:,.0f} jobs/s",
+                    f"{name} {level}: worker {d.worker:.1f} µs/job, children {d.children:.1f},"
+                    f" backends {d.backends:.1f} ({purposes_line(d.by_purpose)}),"
+                    f" total {d.worker + d.children + d.backends:.1f}; {d.rate:,.0f} jobs/s",
                     flush=True,
                 )
     print("medians:")
@@ -249,6 +270,14 @@ def main() -> None:
             f"  total {statistics.median(r[0] + r[1] + r[2] for r in runs):.1f} µs/job;"
             f" {statistics.median(r[3] for r in runs):,.0f} jobs/s"
         )
+        purposes = sorted({purpose for r in runs for purpose in r.by_purpose})
+        medians = {p: statistics.median(r.by_purpose.get(p, 0.0) for r in runs) for p in purposes}
+        print(f"  {'':8s} {' ' * len(name)}  backends by purpose: {purposes_line(medians)}")
+
+
+def purposes_line(by_purpose: dict[str, float]) -> str:
+    """``claim 14.1, finish 15.0, ...``: the backends' µs/job by purpose."""
+    return ", ".join(f"{purpose} {us:.1f}" for purpose, us in by_purpose.items())
 
 
 if __name__ == "__main__":
