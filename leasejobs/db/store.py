@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from leasejobs import conf
@@ -405,14 +406,30 @@ class WorkerStore:
         )
 
     def finish(
-        self, batch: Sequence[tuple[Attempt, Outcome, int]], *, slotted: bool = True
+        self,
+        batch: Sequence[tuple[Attempt, Outcome, int]],
+        *,
+        slotted: bool = True,
+        skipping: bool = False,
     ) -> list[FinishRow]:
         """Write outcomes; each (attempt, outcome, change to ``runs``: see ``run_delta``).
 
         ``slotted`` false: no attempt of the batch holds a place under a limit.
+        The rows are written as one UPDATE (``sql.FINISH_WAITING``), which
+        waits a moment for a row another transaction holds; past that moment
+        (or in a deadlock) the batch is written again with ``sql.FINISH``,
+        which skips such a row and reports it unwritten. ``skipping``: go
+        straight to ``sql.FINISH`` (the batch holds a row skipped before:
+        waiting for it again would hold each batch up while it stays locked).
         """
         params = finish_params(batch, self.worker_id, slotted=slotted)
         with self._finishing, self._ending_rows(a for a, _, _ in batch):
+            if not skipping:
+                try:
+                    rows = self._finish.execute(sql.FINISH_WAITING, params)
+                    return [FinishRow._make(row) for row in rows]
+                except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+                    pass  # a row held elsewhere: write around it
             rows = self._finish.execute(sql.FINISH, params)
         return [FinishRow._make(row) for row in rows]
 

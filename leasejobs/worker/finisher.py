@@ -121,6 +121,7 @@ class Finisher:
         rows = self.store.finish(
             [(job.key, _outcome(job), _run_delta(job)) for job in batch],
             slotted=any(job.slots for job in batch),
+            skipping=any(job.finish_skipped for job in batch),
         )
         self.events.finish_statement(time.perf_counter() - began)
         written = {(r.id, r.attempt): r.status for r in rows if r.written}

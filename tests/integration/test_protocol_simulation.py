@@ -557,13 +557,20 @@ class Worker:
             triples.append((job.key, job.outcome, delta))
         params = finish_params(triples, self.id, slotted=any(j.slots for j in batch))
         params["channel"] = CHANNEL
-        rows = [FinishRow._make(r) for r in self.m.db.run(sql.FINISH, params)]
+        # As WorkerStore.finish: one UPDATE that waits a moment for a held row, else around it.
+        rows = None
+        if not any(j.finish_skipped for j in batch):
+            with contextlib.suppress(psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+                rows = [FinishRow._make(r) for r in self.m.db.run(sql.FINISH_WAITING, params)]
+        if rows is None:
+            rows = [FinishRow._make(r) for r in self.m.db.run(sql.FINISH, params)]
         self.m.say(f"  {self.id} FINISH {[(j.key, j.outcome.status) for j in batch]} -> {rows}")  # type: ignore[union-attr]
         written = {Attempt(r.id, r.attempt) for r in rows if r.written}
         locked = {Attempt(r.id, r.attempt) for r in rows if not r.written}
         self.held.finished([j for j in batch if j.key in written])
         for job in batch:
             if job.key in locked:
+                job.finish_skipped = True
                 self.to_finish.append(job)
             elif job.key not in written:
                 self.held.unwritten(job, lost=True)

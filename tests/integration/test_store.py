@@ -282,6 +282,77 @@ def test_one_finish_tells_written_locked_and_stale_rows_apart(store):
     ]
 
 
+def test_a_finish_waits_a_moment_for_a_row_held_elsewhere_then_writes_around_it(store):
+    """A row locked for long holds its batch up ``FINISH_WAIT_MS``, not the connection's 5 s
+    lock timeout: then the batch is written without it, and the row is reported locked."""
+    jobs = [record.enqueue(i) for i in range(3)]
+    s = store("a")
+    rows = claim(s)
+    batch = [(Attempt(r.id, r.attempt), Outcome(status="done"), False) for r in rows]
+    locker = _lock_row(jobs[1].id)
+    try:
+        began = time.monotonic()
+        written = {(r.id, r.written) for r in s.finish(batch)}
+        took = time.monotonic() - began
+    finally:
+        locker.close()
+    assert written == {(jobs[0].id, True), (jobs[1].id, False), (jobs[2].id, True)}
+    assert sql.leases.FINISH_WAIT_MS / 1000 <= took < 3.0
+
+
+def test_a_finish_writes_a_row_whose_lock_ends_within_its_wait(store):
+    """A row held for a moment (an admin action, a claim walking past) is waited for and written."""
+    job = record.enqueue(1)
+    s = store("a")
+    row = claim(s)[0]
+    locker = _lock_row(job.id)
+    releaser = threading.Timer(0.05, locker.close)
+    releaser.start()
+    try:
+        rows = s.finish([(Attempt(row.id, row.attempt), Outcome(status="done"), False)])
+    finally:
+        releaser.join()
+    assert [(r.id, r.written) for r in rows] == [(job.id, True)]
+    assert Job.objects.get(id=job.id).status == "done"
+
+
+def test_a_finish_that_waited_for_a_row_checks_its_fence_on_the_newest_version(store):
+    """While the finish waits, the transaction holding the row takes the job over (a new
+    attempt, as another worker's claim of an expired lease does) and commits: the waiting
+    UPDATE re-reads the row and writes nothing, though its snapshot saw the old attempt."""
+    job = record.enqueue(1)
+    s = store("a")
+    row = claim(s)[0]
+    other = psycopg.connect(**connection_params())
+    other.execute("UPDATE leasejobs_job SET attempt = attempt + 1, leased_by = 'b' WHERE id = %s", [job.id])
+    result: list[list] = []
+    finishing = threading.Thread(
+        target=lambda: result.append(
+            s.finish([(Attempt(row.id, row.attempt), Outcome(status="done", result='"stale"'), False)])
+        )
+    )
+    finishing.start()
+    try:
+        waited = False
+        deadline = time.monotonic() + 5
+        with psycopg.connect(**connection_params(), autocommit=True) as watcher:
+            while not waited and time.monotonic() < deadline:
+                waited = watcher.execute(
+                    "SELECT count(*) > 0 FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                    ["%waiting AS (%"],
+                ).fetchone()[0]
+                time.sleep(0.005)
+        other.commit()
+    finally:
+        other.close()
+        finishing.join(10)
+    assert waited, "the finish never waited for the row"
+    assert not [r for r in result[0] if r.written]
+    job.refresh_from_db()
+    assert (job.status, job.attempt, job.leased_by, job.result) == ("running", 2, "b", None)
+
+
 def test_array_literals_read_back_as_the_values_given():
     """The finish's arrays of numbers, booleans and statuses, cast by PostgreSQL as the statement does."""
     with psycopg.connect(**connection_params()) as conn:

@@ -57,7 +57,7 @@ from leasejobs.db.sql.admin import ADMIN_CANCEL, ADMIN_RELEASE, ADMIN_RETRY
 from leasejobs.db.sql.claim import CLAIM, CLAIM_AFTER, CLAIM_LIMITED, LIMITS_APPLY, PENDING_RETRIES
 from leasejobs.db.sql.clock import CLOCK_PARAMETER, at_clock
 from leasejobs.db.sql.enqueue import BULK_ENQUEUE, ENQUEUE, ENQUEUE_PLAIN, KEY_PLACES
-from leasejobs.db.sql.leases import FINISH, HEARTBEAT, RELEASE
+from leasejobs.db.sql.leases import FINISH, FINISH_WAITING, HEARTBEAT, RELEASE
 from leasejobs.db.sql.prune import PRUNE_JOBS, PRUNE_ORPHAN_SIDE_EFFECTS, PRUNE_PICK, PRUNE_SIDE_EFFECTS
 from leasejobs.db.sql.side_effects import FENCE_CHECK, RECORD_SIDE_EFFECT, RENEW_LEASE
 from leasejobs.db.sql.vacuum import MAY_VACUUM, VACUUM, VACUUM_LOOK
@@ -75,6 +75,7 @@ __all__ = [
     "ENQUEUE_PLAIN",
     "FENCE_CHECK",
     "FINISH",
+    "FINISH_WAITING",
     "HEARTBEAT",
     "KEY_PLACES",
     "LIMITS_APPLY",

@@ -123,7 +123,8 @@ LEFT JOIN LATERAL (
 #: due, a failure cancels the descendants that do not run anyway. Rows
 #: without ``workflow_id`` never reach the function: a batch of plain jobs
 #: pays one filter over the rows it wrote.
-FINISH = f"""
+#: The outcomes, one row each (``FINISH``, ``FINISH_WAITING``).
+_OUTCOME = """
 WITH outcome AS (
     SELECT *
     FROM unnest(
@@ -131,17 +132,10 @@ WITH outcome AS (
         %(results)s::text[], %(last_errors)s::text[], %(error_entries)s::jsonb[],
         %(retry_delays)s::float8[], %(run_deltas)s::int[], %(snoozed)s::boolean[]
     ) AS o(id, attempt, status, result, last_error, error_entry, retry_delay, run_delta, snoozed)
-),
-locked AS (
-    SELECT l.id, o.attempt
-    FROM outcome AS o
-    CROSS JOIN LATERAL (
-        SELECT j.id FROM leasejobs_job AS j
-        {fence("o", 8)}
-        FOR NO KEY UPDATE SKIP LOCKED
-    ) AS l
-),
-written AS (
+)"""
+
+#: What a finish writes to each row ``j`` it holds, from its outcome ``o``.
+_FINISH_SET = """\
     UPDATE leasejobs_job AS j SET
         status      = CASE WHEN o.status = 'queued' AND j.cancel_requested THEN 'cancelled'
                            ELSE o.status END,
@@ -158,11 +152,11 @@ written AS (
                            ELSE clock_timestamp() END,
         lease_until = NULL,
         snoozes     = j.snoozes + CASE WHEN o.snoozed THEN 1 ELSE 0 END
-    FROM locked AS l
-    JOIN outcome AS o ON o.id = l.id AND o.attempt = l.attempt
-    WHERE j.id = l.id
-    RETURNING j.id, j.attempt, j.queue, j.status, j.workflow_id
-),
+"""
+
+#: What ends with the written rows: their places freed, their queues woken,
+#: their workflows settled (each CTE reads ``written``).
+_AFTER_WRITTEN = f"""\
 freed AS (
     {FREE_PLACES}
     FROM written AS w
@@ -174,7 +168,25 @@ woken AS (
 ),
 settled AS (
     {settle("written AS w WHERE w.workflow_id IS NOT NULL AND w.status <> 'queued'", "w.id", "w.status")}
+)"""
+
+FINISH = f"""{_OUTCOME},
+locked AS (
+    SELECT l.id, o.attempt
+    FROM outcome AS o
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM leasejobs_job AS j
+        {fence("o", 8)}
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS l
 ),
+written AS (
+{_FINISH_SET}    FROM locked AS l
+    JOIN outcome AS o ON o.id = l.id AND o.attempt = l.attempt
+    WHERE j.id = l.id
+    RETURNING j.id, j.attempt, j.queue, j.status, j.workflow_id
+),
+{_AFTER_WRITTEN},
 unwritten AS MATERIALIZED (
     -- Only these are probed below: probing every outcome and discarding the
     -- written ones afterwards (the plan PostgreSQL picks for the plain
@@ -192,6 +204,44 @@ CROSS JOIN LATERAL (
     {fence("u", 4)}
     LIMIT 1
 ) AS still
+"""
+
+#: How long ``FINISH_WAITING`` waits for a row another transaction holds
+#: before it gives way to ``FINISH``. The worker's own heartbeat never holds
+#: a row it finishes (``WorkerStore`` keeps them apart), so this is a rare
+#: admin action, a user's transaction or a claim in progress: one such row
+#: holds a batch up this long, once.
+FINISH_WAIT_MS = 200
+
+#: ``FINISH`` without its ``FOR NO KEY UPDATE SKIP LOCKED`` step: each row
+#: is updated where it matches the fence, as one UPDATE. Locking the rows
+#: first, to skip any another transaction holds, wrote a lock record per
+#: job (54 B of WAL) and found each row twice: a fifth of the finish's
+#: PostgreSQL CPU, for a row that is almost never held by anyone else
+#: (docs/performance.md, "A finish that does not lock first").
+#:
+#: A row another transaction holds is waited for, at most
+#: ``FINISH_WAIT_MS`` (``lock_timeout`` for this transaction only, set before
+#: the first row is written); then the statement fails with
+#: ``LockNotAvailable`` and the worker writes the batch with ``FINISH``,
+#: which skips that row and reports it. Fencing is the same: PostgreSQL
+#: re-checks a row it waited for on its newest version, so an attempt that
+#: moved on meanwhile (another claim, a release, a cancel that ended it)
+#: matches nothing. Returns the written rows only, as ``FINISH`` does; an
+#: outcome not returned belongs to a stale attempt.
+FINISH_WAITING = f"""{_OUTCOME},
+waiting AS (
+    SELECT set_config('lock_timeout', '{FINISH_WAIT_MS}', true) AS setting
+),
+written AS (
+{_FINISH_SET}    FROM outcome AS o
+    {fence("o", 4)}
+      AND (SELECT setting FROM waiting) IS NOT NULL  -- once, before the first row
+    RETURNING j.id, j.attempt, j.queue, j.status, j.workflow_id
+),
+{_AFTER_WRITTEN}
+SELECT id, attempt, true, status FROM written
+WHERE (SELECT count(*) FROM woken) >= 0 AND (SELECT count(*) FROM settled) >= 0
 """
 
 #: Give leases back: the jobs are queued again and claimable at once (the next
