@@ -95,17 +95,12 @@ def context_for(
     places: int,
     slot: "BodySlot | None" = None,
 ) -> "JobContext":
-    """The context of one claimed attempt, the same in the child that runs it and in the worker."""
+    """The context of one claimed attempt, the same in the child that runs it and in the worker.
+
+    Built by position: a child builds one per body, and keywords cost a third more.
+    """
     return JobContext(
-        job_id=job.id,
-        attempt=job.attempt,
-        worker_id=worker_id,
-        task_name=job.task_name,
-        queue=job.queue,
-        runs=job.runs,
-        lease_seconds=lease_seconds,
-        places=places,
-        slot=slot,
+        job.id, job.attempt, worker_id, job.task_name, job.queue, job.runs, lease_seconds, places, slot
     )
 
 

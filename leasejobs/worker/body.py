@@ -20,8 +20,7 @@ import inspect
 import json
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from django.db import connections
 
@@ -37,9 +36,12 @@ if TYPE_CHECKING:
     from leasejobs.jobs.registry import Task
 
 
-@dataclass(frozen=True, slots=True)
-class Ran:
-    """How one body ended."""
+class Ran(NamedTuple):
+    """How one body ended.
+
+    ``Ran`` and ``Prepared`` are named tuples: a child builds one of each per
+    body, and as frozen dataclasses they cost about 1 µs each to build.
+    """
 
     #: What to write; None when the body let ``LeaseLost`` escape or was stopped.
     outcome: Outcome | None
@@ -57,8 +59,7 @@ class Attempt(CountedAttempt, Protocol):
     def retry_policy(self) -> str | None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
+class Prepared(NamedTuple):
     """A body ready to run: its task, what its outcome is judged by, its context and arguments."""
 
     task: "Task"
@@ -124,7 +125,8 @@ def run(
     stopped = False
     try:
         result = task.func(*([ctx, *args] if task.takes_context else args), **kwargs)
-        if inspect.isawaitable(result):
+        # None, what most bodies return, is never awaitable: spare it the ABC check.
+        if result is not None and inspect.isawaitable(result):
             result = _await(result)
     except (LeaseLost, BodyStopped) as exc:
         raised = exc

@@ -13,8 +13,7 @@ report itself (a timeout, a process that died, a row that cannot run).
 import json
 import signal
 import traceback
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from leasejobs.db.rows import ErrorEntry, stored_json, stored_text
 from leasejobs.db.rows import qualified_name as class_path
@@ -24,9 +23,12 @@ from leasejobs.jobs import retry
 from leasejobs.jobs.context import ClaimedAttempt
 
 
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What an outcome depends on besides what happened: the attempt and the job's counts."""
+class Facts(NamedTuple):
+    """What an outcome depends on besides what happened: the attempt and the job's counts.
+
+    A named tuple: a child builds one per body, and a frozen dataclass cost
+    five times as much to build (2.5 µs, a tenth of a no-op job's time there).
+    """
 
     job_id: int
     attempt: int
@@ -51,14 +53,7 @@ class CountedAttempt(ClaimedAttempt, Protocol):
 def facts_for(job: CountedAttempt, policy: retry.RetryPolicy | None, worker_id: str) -> Facts:
     """The facts of one attempt, the same whether the child or the worker decides its outcome."""
     return Facts(
-        job_id=job.id,
-        attempt=job.attempt,
-        task_name=job.task_name,
-        runs=job.runs,
-        max_attempts=job.max_attempts,
-        snoozes=job.snoozes,
-        retry_policy=policy,
-        worker_id=worker_id,
+        job.id, job.attempt, job.task_name, job.runs, job.max_attempts, job.snoozes, policy, worker_id
     )
 
 
