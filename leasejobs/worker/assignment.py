@@ -22,7 +22,6 @@ from leasejobs.worker import rules
 from leasejobs.worker.childstate import ChildState
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
-from leasejobs.worker.messages import BodyJob
 from leasejobs.worker.slots import SlotTable
 from leasejobs.worker.zygote import Zygote
 
@@ -230,8 +229,10 @@ class JobAssignment:
         job.estimate = self.estimate(job)
         self.bytes_held += job.bytes
         assert job.args is not None and job.kwargs is not None
+        # A ``BodyJob`` as it is sent: a plain tuple of its fields, in their order (a
+        # named tuple built here, then copied into a plain one to pickle, cost twice).
         child.to_send.append(
-            BodyJob(
+            (
                 job.seq,
                 job.key.id,
                 job.key.attempt,

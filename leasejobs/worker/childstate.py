@@ -8,10 +8,10 @@ the record can be read whole and each decision module reads the same one.
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from leasejobs.worker.channel import Channel
 from leasejobs.worker.held import HeldJob
-from leasejobs.worker.messages import BodyJob
 
 
 @dataclass(eq=False)
@@ -36,8 +36,8 @@ class ChildState:
     #: Jobs given to it and not yet reported, by assignment number, in order.
     outstanding: dict[int, HeldJob] = field(default_factory=dict)
     next_seq: int = 0
-    #: Jobs assigned but not yet sent.
-    to_send: list[BodyJob] = field(default_factory=list)
+    #: Jobs assigned but not yet sent, each a ``BodyJob``'s fields (``assignment._hand``).
+    to_send: list[tuple[Any, ...]] = field(default_factory=list)
     stops: dict[int, BodyStop] = field(default_factory=dict)
     #: Jobs whose body ended but left threads running: they end with the process.
     ending_with_it: list[HeldJob] = field(default_factory=list)

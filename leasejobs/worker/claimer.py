@@ -288,29 +288,33 @@ class Claimer:
         return found
 
     def _held_job(self, row: ClaimedRow, claimed_at: float, seconds: float) -> HeldJob:
-        """``seconds``: how long the claim took (its lease runs from before it was sent)."""
+        """``seconds``: how long the claim took (its lease runs from before it was sent).
+
+        Built by position, in ``HeldJob``'s field order: one per claimed row, and
+        twenty keywords cost the worker 1 µs a job more.
+        """
         task, lease = self._task(row.task_name)
         return HeldJob(
-            key=Attempt(row.id, row.attempt),
-            task_name=row.task_name,
-            queue=row.queue,
-            args=row.args,
-            kwargs=row.kwargs,
-            task=task,
-            max_attempts=row.max_attempts,
-            runs=row.runs,
-            counted=row.counted,
-            taken_over=row.taken_over,
-            lease_seconds=lease,
-            slots=row.slots,
-            bytes=row.bytes,
-            waited=row.waited,
-            claimed_at=claimed_at,
-            lease_ends=claimed_at - seconds + lease,
-            trace_context=row.trace_context,
-            retry_policy=row.retry_policy,
-            snoozes=row.snoozes,
-            worker_id=self.store.worker_id,
+            Attempt(row.id, row.attempt),
+            row.task_name,
+            row.queue,
+            row.args,
+            row.kwargs,
+            task,
+            row.max_attempts,
+            row.runs,
+            row.counted,
+            row.taken_over,
+            lease,
+            self.store.worker_id,
+            row.waited,
+            claimed_at,
+            claimed_at - seconds + lease,
+            row.trace_context,
+            row.retry_policy,
+            row.snoozes,
+            row.slots,
+            row.bytes,
         )
 
 

@@ -19,6 +19,7 @@ pickle writes a named tuple through a Python call per object, and at tens of
 thousands of jobs a second that was a tenth of the children's CPU per job.
 """
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from leasejobs.db.store import Outcome
@@ -73,8 +74,9 @@ class Ended(NamedTuple):
     strays: int = 0
 
 
-def run_message(jobs: list[BodyJob]) -> tuple[str, list[tuple[Any, ...]]]:
-    """``(RUN, jobs)`` as it is sent."""
+def run_message(jobs: Sequence[tuple[Any, ...]]) -> tuple[str, list[tuple[Any, ...]]]:
+    """``(RUN, jobs)`` as it is sent: each ``BodyJob`` (or its fields, as the worker builds them)
+    as a plain tuple."""
     return (RUN, [tuple(job) for job in jobs])
 
 
@@ -105,5 +107,6 @@ def ended_message(reports: list[Ended]) -> tuple[str, list[tuple[Any, ...]]]:
 def endeds(sent: list[tuple[Any, ...]]) -> list[Ended]:
     """The reports of an ENDED message as they arrived."""
     return [
-        Ended(seq, None if outcome is None else Outcome._make(outcome), *rest) for seq, outcome, *rest in sent
+        Ended(seq, None if outcome is None else Outcome._make(outcome), seconds, started, lost, stale, strays)
+        for seq, outcome, seconds, started, lost, stale, strays in sent
     ]

@@ -184,3 +184,31 @@ class HeldJobsMachine(RuleBasedStateMachine):
 
 HeldJobsMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 test_held_jobs_follow_the_model = HeldJobsMachine.TestCase
+
+
+def test_a_claimed_row_becomes_the_held_job_of_its_fields():
+    """``Claimer._held_job`` builds a ``HeldJob`` by position: each field lands in its own name."""
+    from types import SimpleNamespace
+
+    from leasejobs.db.store import ClaimedRow
+    from leasejobs.worker.claimer import Claimer
+
+    row = ClaimedRow(
+        id=11, task_name="no.such.task", args="[1]", kwargs='{"k": 2}', attempt=3, runs=4,
+        max_attempts=5, queue="q", ended=None, last_error="", counted=True, taken_over=False,
+        waited=6.5, trace_context='{"t": 1}', snoozes=7, retry_policy='{"r": 1}', slots=8,
+        bytes=9, priority=10, run_at="2026-12-04 00:00:00+00",
+    )  # fmt: skip
+    claimer = Claimer.__new__(Claimer)
+    claimer._tasks = {}
+    claimer.lease_seconds = 30.0
+    claimer.store = SimpleNamespace(worker_id="w")
+    job = claimer._held_job(row, claimed_at=100.0, seconds=0.5)
+    assert job.key == Attempt(11, 3)
+    for name in (
+        "task_name", "queue", "args", "kwargs", "max_attempts", "runs", "counted", "taken_over",
+        "waited", "trace_context", "retry_policy", "snoozes", "slots", "bytes",
+    ):  # fmt: skip
+        assert getattr(job, name) == getattr(row, name), name
+    assert (job.task, job.lease_seconds, job.worker_id) == (None, 30.0, "w")
+    assert (job.claimed_at, job.lease_ends) == (100.0, 129.5)
