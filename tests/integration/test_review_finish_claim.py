@@ -1,0 +1,184 @@
+"""Hostile review of the claim's row numbers and time order (091bfcf) and the
+waiting finish (b9977d6), on real PostgreSQL, driving ``WorkerStore`` as the worker does.
+
+Tests named ``test_break_*`` show a promise broken (they fail on the code they
+were written against); the others pin down a subtle point the code gets right.
+"""
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from django.db import connection
+
+from leasejobs.db import sql
+from leasejobs.db.connection import connection_params
+from leasejobs.db.store import Attempt, ClaimKey, Outcome, WorkerStore
+from leasejobs.models import Job
+from tests.testapp.tasks import record
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def store():
+    stores: list[WorkerStore] = []
+
+    def make(worker_id: str) -> WorkerStore:
+        s = WorkerStore(worker_id, heartbeat_timeout=5)
+        stores.append(s)
+        return s
+
+    yield make
+    for s in stores:
+        s.close()
+
+
+@pytest.fixture
+def session_settings():
+    """Settings every new session of the test database gets (``ALTER DATABASE ... SET``),
+    as a server's postgresql.conf or a DBA's ``ALTER DATABASE`` would give them."""
+    name = connection.settings_dict["NAME"]
+    changed: list[str] = []
+
+    def apply(**settings: str) -> None:
+        with psycopg.connect(**connection_params(), autocommit=True) as conn:
+            for key, value in settings.items():
+                conn.execute(f'ALTER DATABASE "{name}" SET {key} = %s'.replace("%s", _quote(value)))
+                changed.append(key)
+
+    yield apply
+    with psycopg.connect(**connection_params(), autocommit=True) as conn:
+        for key in changed:
+            conn.execute(f'ALTER DATABASE "{name}" RESET {key}')
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def claim(s: WorkerStore, limit: int = 10, counted: int | None = None, after=None):
+    return s.claim(
+        limit=limit,
+        counted=limit if counted is None else counted,
+        queues=None,
+        lease_seconds=30,
+        task_leases={},
+        after=after,
+    )
+
+
+def _enqueue_at(run_ats: list[datetime], priority: int = 0) -> list[int]:
+    ids = []
+    for i, at in enumerate(run_ats):
+        job = record.enqueue(i)
+        Job.objects.filter(id=job.id).update(run_at=at, priority=priority)
+        ids.append(job.id)
+    return ids
+
+
+# --- the claim's keys and order, in time zones that print oddly -------------------------
+
+
+def test_claim_order_and_counted_rows_follow_time_in_the_repeated_hour_across_priorities(
+    store, session_settings
+):
+    """Pins 091bfcf: in a zone that turns its clocks back (ISO DateStyle, America/New_York,
+    2026-11-01 01:00-02:00 happens twice), rows come back in (priority desc, time, id)
+    order, not text order; the first ``counted`` of them are the counted ones, also with a
+    row over ``max_row_bytes`` and a ``max_bytes`` that cuts the claim; and
+    ``CLAIM_AFTER`` from the returned keys goes on with exactly the rest."""
+    session_settings(TimeZone="America/New_York")
+    base = datetime(2026, 11, 1, 5, 10, tzinfo=UTC)  # 01:10 EDT
+    # 01:40 EDT (05:40Z) sorts after 01:10 EST (06:10Z) as text, before it in time.
+    times = [base + timedelta(minutes=m) for m in (60, 30, 0, 45, 30)]
+    low = _enqueue_at(times, priority=0)
+    high = _enqueue_at([base + timedelta(minutes=50), base + timedelta(minutes=20)], priority=5)
+    Job.objects.filter(id__in=low[:2]).update(run_at=base + timedelta(minutes=30))  # equal run_at: id order
+    expected = [high[1], high[0], *sorted(low, key=lambda i: (Job.objects.get(id=i).run_at, i))]
+    s = store("a")
+    rows = claim(s, limit=4, counted=3)
+    assert [r.id for r in rows] == expected[:4]
+    assert [r.counted for r in rows] == [True, True, True, False]
+    assert [Job.objects.get(id=i).runs for i in expected[:4]] == [1, 1, 1, 0]
+    keys = {}
+    for r in rows:
+        keys[r.priority] = ClaimKey(r.run_at, r.id)
+    rest = claim(s, limit=10, after=keys)
+    assert [r.id for r in rest] == expected[4:]
+
+
+# --- the waiting finish ----------------------------------------------------------------
+
+
+def _wait_until_blocked(pattern: str, deadline_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + deadline_s
+    with psycopg.connect(**connection_params(), autocommit=True) as watcher:
+        while time.monotonic() < deadline:
+            if watcher.execute(
+                "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                [pattern],
+            ).fetchone()[0]:
+                return True
+            time.sleep(0.005)
+    return False
+
+
+def test_a_cancel_requested_while_the_finish_waits_turns_its_retry_into_a_cancel(store):
+    """Pins b9977d6: the ``CASE ... j.cancel_requested`` of the waiting UPDATE reads the
+    version the admin's cancel committed while the finish waited, not its snapshot's:
+    a retry becomes ``cancelled``, reported as such, with its run_at left alone."""
+    job = record.enqueue(1)
+    s = store("a")
+    row = claim(s)[0]
+    before = Job.objects.get(id=job.id).run_at
+    admin = psycopg.connect(**connection_params())
+    admin.execute(sql.ADMIN_CANCEL, {"ids": [job.id], "statuses": ["running"], "attempts": [row.attempt]})
+    result: list = []
+    finishing = threading.Thread(
+        target=lambda: result.append(
+            s.finish([(Attempt(row.id, row.attempt), Outcome(status="queued", retry_delay=60.0), False)])
+        )
+    )
+    finishing.start()
+    try:
+        waited = _wait_until_blocked("%waiting AS (%")
+        admin.commit()
+    finally:
+        admin.close()
+        finishing.join(10)
+    assert waited, "the finish never waited for the row"
+    assert [(r.id, r.written, r.status) for r in result[0]] == [(job.id, True, "cancelled")]
+    job.refresh_from_db()
+    assert (job.status, job.run_at, job.finished_at is not None) == ("cancelled", before, True)
+
+
+def test_the_waiting_finish_gives_way_after_its_moment_also_in_a_generic_plan(store, session_settings):
+    """Pins b9977d6: ``lock_timeout`` is set before the first row is waited for also when
+    PostgreSQL runs the prepared statement with a generic plan (``plan_cache_mode =
+    force_generic_plan``, after several executions), and it does not stay for the
+    fallback ``FINISH`` or later statements of the connection."""
+    session_settings(plan_cache_mode="force_generic_plan")
+    jobs = [record.enqueue(i) for i in range(8)]
+    s = store("a")
+    rows = claim(s)
+    for r in rows[:6]:  # the same statement, prepared and run six times
+        s.finish([(Attempt(r.id, r.attempt), Outcome(status="done"), False)])
+    held = jobs[6].id
+    locker = psycopg.connect(**connection_params())
+    locker.execute("SELECT 1 FROM leasejobs_job WHERE id = %s FOR SHARE", [held])
+    try:
+        began = time.monotonic()
+        written = {
+            (r.id, r.written)
+            for r in s.finish([(Attempt(r.id, r.attempt), Outcome("done"), False) for r in rows[6:]])
+        }
+        took = time.monotonic() - began
+        lock_timeout = s._finish.execute("SHOW lock_timeout")[0][0]
+    finally:
+        locker.close()
+    assert written == {(held, False), (jobs[7].id, True)}
+    assert sql.leases.FINISH_WAIT_MS / 1000 <= took < 3.0
+    assert lock_timeout != f"{sql.leases.FINISH_WAIT_MS}ms"
