@@ -12,10 +12,12 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from leasejobs.db import sql
 from leasejobs.db.connection import connection_params
-from leasejobs.db.store import Attempt, ClaimKey, Outcome, WorkerStore
+from leasejobs.db.store import Attempt, ClaimKey, Outcome, WorkerStore, claim_params
 from leasejobs.models import Job
 from tests.testapp.tasks import record
 
@@ -182,3 +184,133 @@ def test_the_waiting_finish_gives_way_after_its_moment_also_in_a_generic_plan(st
     assert written == {(held, False), (jobs[7].id, True)}
     assert sql.leases.FINISH_WAIT_MS / 1000 <= took < 3.0
     assert lock_timeout != f"{sql.leases.FINISH_WAIT_MS}ms"
+
+
+# --- the claim against a simple model ------------------------------------------------------
+
+_ROW = st.fixed_dictionaries(
+    {
+        "priority": st.sampled_from([-2, 0, 0, 7]),
+        "at": st.integers(0, 3),  # seconds after a base in the past: equal run_at are common
+        "size": st.sampled_from([1, 10, 30, 80]),  # 80: over max_row_bytes below
+        "kind": st.sampled_from(["queued", "queued", "expired", "expired_last", "cancel", "held", "done"]),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(
+    rows=st.lists(_ROW, max_size=12),
+    limit=st.integers(1, 8),
+    counted_less=st.integers(0, 8),
+    max_bytes=st.sampled_from([1, 25, 60, 2**62]),
+)
+def _claim_matches_the_model(conn, template, rows, limit, counted_less, max_bytes):
+    counted = max(0, limit - counted_less)
+    max_row = 60
+    with conn.transaction(force_rollback=True):
+        conn.execute(
+            "UPDATE leasejobs_job SET finished_at = now(), status = 'done' WHERE id = %s", [template]
+        )
+        ids = []
+        for r in rows:
+            status = {"expired": "running", "expired_last": "running", "held": "running", "done": "done"}.get(
+                r["kind"], "queued"
+            )
+            (new_id,) = conn.execute(
+                f"INSERT INTO leasejobs_job ({COLUMNS}) SELECT {COLUMNS} FROM leasejobs_job"
+                " WHERE id = %s RETURNING id",
+                [template],
+            ).fetchone()
+            conn.execute(
+                """UPDATE leasejobs_job SET priority = %s,
+                   run_at = now() - interval '1 hour' + make_interval(secs => %s),
+                   args = jsonb_build_array(repeat('x', %s)), kwargs = '{}', status = %s,
+                   finished_at = CASE WHEN %s = 'done' THEN now() END,
+                   lease_until = CASE %s WHEN 'running' THEN now() + CASE WHEN %s = 'held'
+                                 THEN interval '1 hour' ELSE interval '-1 hour' END END,
+                   leased_by = CASE WHEN %s = 'running' THEN 'old' ELSE '' END,
+                   attempt = CASE WHEN %s = 'running' THEN 1 ELSE 0 END,
+                   runs = CASE WHEN %s = 'expired_last' THEN max_attempts
+                               WHEN %s = 'running' THEN 1 ELSE 0 END,
+                   cancel_requested = %s
+                   WHERE id = %s""",
+                [
+                    r["priority"],
+                    r["at"],
+                    r["size"],
+                    status,
+                    status,
+                    status,
+                    r["kind"],
+                    status,
+                    status,
+                    r["kind"],
+                    status,
+                    r["kind"] == "cancel",
+                    new_id,
+                ],
+            )
+            ids.append(new_id)
+        info = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT id, priority, run_at, octet_length(args::text) + octet_length(kwargs::text), runs,"
+                " max_attempts FROM leasejobs_job WHERE id = ANY(%s)",
+                [ids],
+            )
+        }
+        claimable = [i for i, r in zip(ids, rows, strict=True) if r["kind"] not in ("held", "done")]
+        order = sorted(claimable, key=lambda i: (-info[i][0], info[i][1], i))[:limit]
+        kept, upto = [], 0
+        for i in order:
+            if kept and upto >= max_bytes:
+                break
+            kept.append(i)
+            upto += 0 if info[i][2] > max_row else info[i][2]
+        params = claim_params(
+            limit=limit,
+            counted=counted,
+            queues=None,
+            lease_seconds=30,
+            task_leases={},
+            worker_id="w",
+            max_bytes=max_bytes,
+        )
+        params["max_row_bytes"] = max_row
+        got = conn.execute(sql.CLAIM, params).fetchall()
+        assert [g[0] for g in got] == kept
+        kind = dict(zip(ids, (r["kind"] for r in rows), strict=True))
+        runs_now = dict(
+            conn.execute("SELECT id, runs FROM leasejobs_job WHERE id = ANY(%s)", [ids]).fetchall()
+        )
+        for n, g in enumerate(got):
+            i = g[0]
+            assert g[10] == (n < counted), (n, counted, g)
+            ended = kind[i] in ("expired_last", "cancel")
+            assert (g[8] is not None) == ended
+            assert (g[2] is None) == (info[i][2] > max_row)
+            assert runs_now[i] == info[i][3] + (1 if n < counted and not ended else 0)
+
+
+COLUMNS = ""
+
+
+def test_the_claim_keeps_counts_and_orders_rows_as_a_simple_model_says():
+    """Pins 091bfcf: ``row_number() OVER w <= counted`` counts exactly the first ``counted``
+    kept rows, with rows over ``max_row_bytes`` (sent without arguments), ``max_bytes``
+    cutting the claim, ended rows (failed, cancelled) and several priorities with equal
+    ``run_at``, against a model: claim order (priority desc, run_at, id), the first
+    ``limit``, kept while the bytes before a row are under ``max_bytes``."""
+    global COLUMNS
+    template = record.enqueue(0).id
+    with psycopg.connect(**connection_params(), autocommit=True) as conn:
+        cols = [
+            c
+            for (c,) in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'leasejobs_job'"
+                " AND column_name <> 'id' ORDER BY ordinal_position"
+            )
+        ]
+        COLUMNS = ", ".join(f'"{c}"' for c in cols)
+        _claim_matches_the_model(conn, template)
