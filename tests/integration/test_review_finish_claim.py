@@ -314,3 +314,68 @@ def test_the_claim_keeps_counts_and_orders_rows_as_a_simple_model_says():
         ]
         COLUMNS = ", ".join(f'"{c}"' for c in cols)
         _claim_matches_the_model(conn, template)
+
+
+# --- real workers finishing beside an operator -------------------------------------------
+
+
+def test_a_worker_finishing_beside_an_operator_holding_and_cancelling_its_running_rows(start_worker):
+    """Pins b9977d6 with real ``runworker`` processes: while two workers run 80 short jobs,
+    an operator's transactions keep locking a few running rows (``FOR UPDATE``, as an admin
+    page's edit does) or sending ``ADMIN_CANCEL`` for them, held 0-400 ms (around the
+    finish's 200 ms wait) before they commit. Every body runs once, every job ends done
+    with its own result (a cancel request does not turn a done into a cancel), no attempt
+    is reported stale, no deadlock is reported by a worker or by the operator."""
+    import random
+
+    from tests.helpers import wait_until
+    from tests.testapp.models import BodyRun
+    from tests.testapp.tasks import sleeper
+
+    rng = random.Random(33)
+    jobs = [sleeper.enqueue(round(rng.uniform(0.02, 0.3), 3)) for _ in range(80)]
+    workers = [
+        start_worker("--burst", "--concurrency", "3", "--worker-id", name, "-v", "2") for name in ("a", "b")
+    ]
+    deadlocks, cancels, locks = 0, 0, 0
+    deadline = time.monotonic() + 60
+    with psycopg.connect(**connection_params()) as op:
+        while time.monotonic() < deadline and any(w.proc.poll() is None for w in workers):
+            try:
+                running = op.execute(
+                    "SELECT id, status, attempt FROM leasejobs_job WHERE status = 'running'"
+                    " ORDER BY random() LIMIT 3"
+                ).fetchall()
+                if running and rng.random() < 0.5:
+                    op.execute(
+                        sql.ADMIN_CANCEL,
+                        {
+                            "ids": [r[0] for r in running],
+                            "statuses": [r[1] for r in running],
+                            "attempts": [r[2] for r in running],
+                        },
+                    )
+                    cancels += 1
+                elif running:
+                    op.execute(
+                        "SELECT 1 FROM leasejobs_job WHERE id = ANY(%s) FOR UPDATE", [[r[0] for r in running]]
+                    )
+                    locks += 1
+                time.sleep(rng.uniform(0, 0.4))
+                op.commit()
+            except psycopg.errors.DeadlockDetected:
+                op.rollback()
+                deadlocks += 1
+            time.sleep(0.02)
+    for w in workers:
+        assert w.wait(timeout=30) == 0, w.log()[-3000:]
+    wait_until(lambda: not Job.objects.exclude(status="done").exists(), 10, what="every job done")
+    logs = "".join(w.log() for w in workers)
+    assert deadlocks == 0
+    assert "deadlock" not in logs.lower()
+    assert "moved on" not in logs and logs.count("lost_leases=0") == 2, logs[-3000:]
+    for job in jobs:
+        job.refresh_from_db()
+        assert (job.status, job.result) == ("done", job.args[0])
+        assert BodyRun.objects.filter(job_id=job.id).count() == 1
+    assert cancels and locks
