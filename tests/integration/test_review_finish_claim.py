@@ -379,3 +379,47 @@ def test_a_worker_finishing_beside_an_operator_holding_and_cancelling_its_runnin
         assert (job.status, job.result) == ("done", job.args[0])
         assert BodyRun.objects.filter(job_id=job.id).count() == 1
     assert cancels and locks
+
+
+def test_through_a_transaction_pooler_the_waiting_finish_gives_way_and_leaves_no_setting_behind(store):
+    """Pins b9977d6 through a real PgBouncer in transaction mode (two server connections):
+    ``WorkerConnection`` runs each statement in a transaction of its own after its
+    ``set_config`` settings; the waiting finish gives way after its moment (not the 5 s
+    of ``FINISH_SETTINGS``), the fallback ``FINISH`` writes around the held row, and
+    neither the 200 ms ``lock_timeout`` nor an aborted transaction is left on the server
+    connections the pooler lends next (to this connection and to another client)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from leasejobs.db.connection import WorkerConnection, with_link_checks
+    from leasejobs.db.store import FINISH_SETTINGS
+    from tests.pgbouncer import PgBouncer
+
+    s = connection.settings_dict
+    bouncer = PgBouncer(s["HOST"] or "127.0.0.1", int(s["PORT"] or 5432), pool_size=2)
+    try:
+        params = with_link_checks(conninfo_to_dict(bouncer.url(s["NAME"])))
+        jobs = [record.enqueue(i) for i in range(4)]
+        w = store("a")
+        w._finish = WorkerConnection("finish", "a", settings=FINISH_SETTINGS, pooled=True, params=params)
+        rows = claim(w)
+        locker = psycopg.connect(**connection_params())
+        locker.execute("SELECT 1 FROM leasejobs_job WHERE id = %s FOR SHARE", [jobs[1].id])
+        try:
+            began = time.monotonic()
+            first = w.finish([(Attempt(r.id, r.attempt), Outcome("done"), False) for r in rows[:2]])
+            took = time.monotonic() - began
+            settings_after = [w._finish.execute("SHOW lock_timeout")[0][0] for _ in range(4)]
+            with psycopg.connect(**params, autocommit=True) as other:
+                seen = [other.execute("SHOW lock_timeout").fetchone()[0] for _ in range(4)]
+                assert other.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            locker.close()
+        second = w.finish([(Attempt(r.id, r.attempt), Outcome("done"), False) for r in rows[1:]])
+    finally:
+        w._finish.close()
+        bouncer.remove()
+    assert {(r.id, r.written) for r in first} == {(jobs[0].id, True), (jobs[1].id, False)}
+    assert sql.leases.FINISH_WAIT_MS / 1000 <= took < 3.0
+    assert f"{sql.leases.FINISH_WAIT_MS}ms" not in settings_after + seen
+    assert {(r.id, r.written) for r in second} == {(j.id, True) for j in jobs[1:]}
+    assert set(Job.objects.values_list("status", flat=True)) == {"done"}
