@@ -324,8 +324,9 @@ def test_a_worker_finishing_beside_an_operator_holding_and_cancelling_its_runnin
     an operator's transactions keep locking a few running rows (``FOR UPDATE``, as an admin
     page's edit does) or sending ``ADMIN_CANCEL`` for them, held 0-400 ms (around the
     finish's 200 ms wait) before they commit. Every body runs once, every job ends done
-    with its own result (a cancel request does not turn a done into a cancel), no attempt
-    is reported stale, no deadlock is reported by a worker or by the operator."""
+    with its own result, or cancelled where a cancel was sent (legitimately: before its
+    body started, or seen by its body), no attempt is reported stale, no deadlock is
+    reported by a worker or by the operator."""
     import random
 
     from tests.helpers import wait_until
@@ -338,6 +339,7 @@ def test_a_worker_finishing_beside_an_operator_holding_and_cancelling_its_runnin
         start_worker("--burst", "--concurrency", "3", "--worker-id", name, "-v", "2") for name in ("a", "b")
     ]
     deadlocks, cancels, locks = 0, 0, 0
+    requested: set[int] = set()
     deadline = time.monotonic() + 60
     with psycopg.connect(**connection_params()) as op:
         while time.monotonic() < deadline and any(w.proc.poll() is None for w in workers):
@@ -347,14 +349,15 @@ def test_a_worker_finishing_beside_an_operator_holding_and_cancelling_its_runnin
                     " ORDER BY random() LIMIT 3"
                 ).fetchall()
                 if running and rng.random() < 0.5:
-                    op.execute(
+                    changed = op.execute(
                         sql.ADMIN_CANCEL,
                         {
                             "ids": [r[0] for r in running],
                             "statuses": [r[1] for r in running],
                             "attempts": [r[2] for r in running],
                         },
-                    )
+                    ).fetchall()
+                    requested |= {c[0] for c in changed}
                     cancels += 1
                 elif running:
                     op.execute(
@@ -369,15 +372,20 @@ def test_a_worker_finishing_beside_an_operator_holding_and_cancelling_its_runnin
             time.sleep(0.02)
     for w in workers:
         assert w.wait(timeout=30) == 0, w.log()[-3000:]
-    wait_until(lambda: not Job.objects.exclude(status="done").exists(), 10, what="every job done")
+    wait_until(
+        lambda: not Job.objects.exclude(status__in=["done", "cancelled"]).exists(), 40, what="every job ended"
+    )
     logs = "".join(w.log() for w in workers)
     assert deadlocks == 0
     assert "deadlock" not in logs.lower()
     assert "moved on" not in logs and logs.count("lost_leases=0") == 2, logs[-3000:]
     for job in jobs:
         job.refresh_from_db()
-        assert (job.status, job.result) == ("done", job.args[0])
-        assert BodyRun.objects.filter(job_id=job.id).count() == 1
+        runs = BodyRun.objects.filter(job_id=job.id).count()
+        if job.status == "cancelled":  # a cancel it was sent: before its body, or seen by it
+            assert job.id in requested and runs <= 1
+        else:
+            assert (job.status, job.result, runs) == ("done", job.args[0], 1)
     assert cancels and locks
 
 
@@ -423,3 +431,65 @@ def test_through_a_transaction_pooler_the_waiting_finish_gives_way_and_leaves_no
     assert f"{sql.leases.FINISH_WAIT_MS}ms" not in settings_after + seen
     assert {(r.id, r.written) for r in second} == {(j.id, True) for j in jobs[1:]}
     assert set(Job.objects.values_list("status", flat=True)) == {"done"}
+
+
+def test_a_fan_in_fires_once_while_an_operator_holds_its_parents_and_callbacks(start_worker):
+    """Pins b9977d6 for workflows, real ``runworker`` processes: 60 parents of two callbacks
+    on two workers while an operator's transactions lock, in id order, a few running parents
+    and the waiting callbacks (``FOR UPDATE``) for 0-400 ms. The
+    waiting finish waits for the parents, its settling waits (200 ms, then the fallback)
+    for the callbacks: each callback still runs once, after the last parent's finish,
+    seeing every parent's result, and no parent runs twice."""
+    import random
+
+    import leasejobs
+    from tests.helpers import wait_until
+    from tests.testapp.models import BodyRun
+    from tests.testapp.workflow_tasks import gather, leaf
+
+    rng = random.Random(34)
+    with leasejobs.workflow("fan-in under an operator") as wf:
+        parents = [wf.add(leaf, args=(i, round(rng.uniform(0.02, 0.25), 3))) for i in range(60)]
+        callbacks = [wf.add(gather, after=parents) for _ in range(2)]
+    workers = [start_worker("--concurrency", "3", "--worker-id", name, "-v", "2") for name in ("a", "b")]
+    callback_ids = [c.id for c in callbacks]
+    all_ids = [p.id for p in parents] + callback_ids
+    deadlocks = 0
+    deadline = time.monotonic() + 90
+    try:
+        with psycopg.connect(**connection_params()) as op:
+            while time.monotonic() < deadline:
+                if not Job.objects.filter(id__in=all_ids).exclude(status="done").exists():
+                    break
+                try:
+                    running = op.execute(
+                        "SELECT id, status, attempt FROM leasejobs_job WHERE status = 'running'"
+                        " AND id <> ALL(%s) ORDER BY random() LIMIT 3",
+                        [callback_ids],
+                    ).fetchall()
+                    ids = sorted({r[0] for r in running} | set(callback_ids))
+                    op.execute("SELECT 1 FROM leasejobs_job WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [ids])
+                    time.sleep(rng.uniform(0, 0.4))
+                    op.commit()
+                except psycopg.errors.DeadlockDetected:
+                    op.rollback()
+                    deadlocks += 1
+                time.sleep(0.02)
+        wait_until(
+            lambda: not Job.objects.filter(id__in=all_ids).exclude(status="done").exists(),
+            30,
+            what="every job done",
+        )
+    finally:
+        for w in workers:
+            w.stop()
+    rows = {j.id: j for j in Job.objects.filter(id__in=all_ids)}
+    last = max(rows[p.id].finished_at for p in parents)
+    for c in callback_ids:
+        assert rows[c].result == {"n": 60, "sum": sum(range(60)), "missing": []}
+        assert rows[c].started_at >= last
+        assert rows[c].pending_parents == 0
+        assert BodyRun.objects.filter(job_id=c).count() == 1
+    for p in parents:
+        assert BodyRun.objects.filter(job_id=p.id).count() == 1
+    assert deadlocks == 0
