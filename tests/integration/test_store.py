@@ -212,6 +212,38 @@ def test_two_attempts_of_one_job_in_one_finish_batch_write_only_the_current_one(
     assert (job.status, job.result, job.attempt) == ("done", "current", 2)
 
 
+def test_a_cancel_pending_on_a_job_given_back_ends_it_without_blaming_a_live_worker(store):
+    """A cancel asked for while the job ran, then the lease given back unstarted (a stop's
+    refund): the next claim ends it cancelled, and says so without naming a worker that
+    stopped (worker a is alive, and after the refund the row names no holder at all)."""
+    job = record.enqueue(1)
+    a, b = store("a"), store("b")
+    row = claim(a)[0]
+    Job.objects.filter(id=job.id).update(cancel_requested=True)
+    assert a.release([(Attempt(row.id, row.attempt), True)]) == {Attempt(row.id, row.attempt)}
+    ended = claim(b)
+    assert [(r.id, r.ended) for r in ended] == [(job.id, "cancelled")]
+    job.refresh_from_db()
+    assert job.status == "cancelled"
+    assert job.last_error == (
+        "cancelled: the cancel asked for while it ran took effect once it was given back unfinished"
+    )
+
+
+def test_a_cancel_pending_on_a_job_whose_lease_ran_out_names_the_lease_not_a_stop(store):
+    """The worker may be alive (its release skipped a locked row): the message says what is
+    known, that its lease ran out."""
+    job = record.enqueue(1)
+    claim(store("a"))
+    Job.objects.filter(id=job.id).update(cancel_requested=True, lease_until="2000-01-01T00:00:00Z")
+    assert [(r.id, r.ended) for r in claim(store("b"))] == [(job.id, "cancelled")]
+    job.refresh_from_db()
+    assert (job.status, job.last_error) == (
+        "cancelled",
+        "cancelled: the lease of worker a ran out before the job ended",
+    )
+
+
 def test_every_fenced_write_also_matches_the_holder(store):
     """A lost claim commit re-made by another worker with the same token: nothing of ours passes."""
     job = record.enqueue(1)

@@ -12,7 +12,8 @@ _COUNTER_END = 2**31 - 2
 def _ended(alias: str) -> str:
     """Why a claimable row ends at the claim instead of running (NULL: it runs).
 
-    ``cancelled``: a cancel is pending (its worker died first); ``exhausted``:
+    ``cancelled``: a cancel is pending (its lease ran out first, or it was given
+    back unfinished); ``exhausted``:
     a counter at its end; ``failed``: its runs are used up, by an expired
     lease on the last run (a job that kills its worker cannot loop forever)
     or a last run given back with its run counted (a body stopped at the end
@@ -62,8 +63,13 @@ _CLAIM_SET = """
                                       || ' stopped heartbeating'
                                  ELSE 'its last run (' || j.runs || ' of ' || j.max_attempts
                                       || ') was given back unfinished by worker ' || j.leased_by END
-                            WHEN 'cancelled' THEN 'cancelled: its worker ' || j.leased_by
-                                 || ' stopped before the job ended'
+                            WHEN 'cancelled' THEN CASE WHEN j.status = 'running'
+                                 THEN 'cancelled: the lease of worker ' || j.leased_by
+                                      || ' ran out before the job ended'
+                                 -- Given back unfinished (a stop, an admin release) with
+                                 -- the cancel pending: its worker may well be alive.
+                                 ELSE 'cancelled: the cancel asked for while it ran took effect '
+                                      || 'once it was given back unfinished' END
                             WHEN 'exhausted' THEN 'its attempt (' || j.attempt || ') or run ('
                                  || j.runs || ') counter is at the largest integer: '
                                  || 'it cannot be claimed again'
