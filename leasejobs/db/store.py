@@ -193,11 +193,8 @@ def claim_params(
     ``after``: for ``sql.CLAIM_AFTER``, where each priority's walk starts.
     """
     limit_bytes = int(conf.get("MAX_PAYLOAD_BYTES"))
-    keys = sorted((after or {}).items(), reverse=True)
     return {
-        "after_priorities": [priority for priority, _ in keys],
-        "after_run_ats": [key.run_at for _, key in keys],
-        "after_ids": [key.id for _, key in keys],
+        **key_params(after or {}),
         "job_id": job_id,
         "queues": queues,
         "limit": limit,
@@ -208,6 +205,37 @@ def claim_params(
         "max_bytes": max_bytes if max_bytes is not None else 2**62,
         "max_row_bytes": max_row_bytes(limit_bytes),
     }
+
+
+def key_params(after: Mapping[int, ClaimKey]) -> dict[str, list[Any]]:
+    """Per-priority keys as ``CLAIM_AFTER`` and ``FRONT_LOOK`` take them: three arrays."""
+    keys = sorted(after.items(), reverse=True)
+    return {
+        "after_priorities": [priority for priority, _ in keys],
+        "after_run_ats": [key.run_at for _, key in keys],
+        "after_ids": [key.id for _, key in keys],
+    }
+
+
+def front_look(
+    conn: WorkerConnection, after: Mapping[int, ClaimKey], queues: list[str] | None
+) -> list[tuple[int, ClaimKey]]:
+    """``FRONT_LOOK`` on ``conn``: per priority, the first job a claim could take now at or
+    before its key in ``after`` (any, for a priority not in it), as ``(priority, key)``.
+
+    ``conn`` is the vacuum thread's connection (``leasejobs.worker.front_look`` says
+    why), whose own settings are not the claim's: the look's plan is made under the
+    claim's (``LOOKUP_PLANS``), set for its transaction.
+    """
+    with conn.transaction() as cursor:
+        cursor.execute(_LOOKUP_PLANS_LOCAL, _LOOKUP_PLANS_ARGS)
+        cursor.execute(sql.FRONT_LOOK, {**key_params(after), "queues": queues, "job_id": None})
+        rows = cursor.fetchall()
+    return [(priority, ClaimKey(run_at, job_id)) for priority, run_at, job_id in rows]
+
+
+_LOOKUP_PLANS_LOCAL = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(LOOKUP_PLANS))
+_LOOKUP_PLANS_ARGS = [part for pair in LOOKUP_PLANS.items() for part in pair]
 
 
 def max_row_bytes(max_payload_bytes: int) -> int:

@@ -1,4 +1,4 @@
-"""Where the worker's next claim starts: on from its last keys, or at the front.
+"""Where the worker's next claim starts: on from its last keys, and what a front look found.
 
 A claim from the front of the claim index (``sql.CLAIM``) visits every entry
 VACUUM has not removed yet. On a healthy database that is a handful; while
@@ -7,48 +7,95 @@ something pins the xmin horizon (a transaction left idle, a long report in
 with the pressure's age (388,631 buffers a look after two minutes at 5,000
 jobs a second: docs/performance.md, "Steady under pressure"). So the worker
 claims on from the last job it kept of each priority (``sql.CLAIM_AFTER``),
-and walks from the front only when it has no key yet, when ``--burst`` asks
-whether anything is left, and once the last front walk is ``FRONT_GAP``
-times its own duration old (at most ``FRONT_GAP_MAX_SECONDS``): front walks
-take about 1/``FRONT_GAP`` of the claimer's time unless one takes longer
-than half a second.
+and from the front only when it has no key yet or ``--burst`` asks whether
+anything is left.
 
-A front walk finds what a walk from the keys cannot: a job due before a key
-(an expired lease, a job another worker gave back, one enqueued with an
-earlier ``run_at`` or committed long after its statement) and a priority the
-worker has not claimed from. Such a job waits for it: 20 times a front
-walk's duration, a few milliseconds on a healthy database, 10 s at most.
+What only the front shows (a job due before a key: an expired lease, a job
+another worker gave back, one enqueued with an earlier ``run_at`` or
+committed long after its statement; a priority the worker has not claimed
+from) a front look finds (``sql.FRONT_LOOK``, on a thread and a connection
+of its own: ``leasejobs.worker.front_look``), and the claimer moves the key
+of each priority it found to just before that job. A look is due once the
+last one is ``FRONT_GAP`` times its own duration old (at most
+``FRONT_GAP_MAX_SECONDS``), and is asked for by a claim, so an idle worker
+looks no more often than it claims. A job only a look finds waits for it: 20
+times a look's duration, a few milliseconds on a healthy database, 10 s at
+most. Until 4 December the claimer walked from the front itself when a look
+was due, and under a pinned horizon its claims waited for that walk.
 
 Each priority the worker has claimed from keeps its key, and costs each
 claim from the keys one index probe (a few buffers) while it has no jobs.
+The claimer calls everything here but ``looked``, which the look's thread
+calls; a lock keeps the two apart.
 """
 
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 
 from leasejobs.db.store import ClaimedRow, ClaimKey
 
-#: A front walk is due again this many times its own duration after it began,
+#: A front look is due again this many times its own duration after it began,
 FRONT_GAP = 20
-#: and never later than this: its duration is the claim's wall time, which a
+#: and never later than this: its duration is a statement's wall time, which a
 #: reconnect's back-off, a lock wait or a pause of the worker can stretch.
 FRONT_GAP_MAX_SECONDS = 10.0
 
 
 class ClaimStart:
-    """The keys a claim starts after, per priority, and when a front walk is due."""
+    """The keys a claim starts after, per priority, and when a front look is due."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
+        self._lock = threading.Lock()
         self._keys: dict[int, ClaimKey] = {}
         self._front_due = 0.0
+        #: When the look under way began (None: none is).
+        self._look_began: float | None = None
+        #: What finished looks found, for the claimer to take in: (priority, job's key).
+        self._found: list[tuple[int, ClaimKey]] = []
+        #: Priorities whose key went back since the look under way began (None: all).
+        self._went_back: set[int] | None = set()
 
     def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
-        """The keys the next claim starts after; None: from the front (``front`` asks for it)."""
-        if front or not self._keys or self._clock() >= self._front_due:
+        """The keys the next claim starts after; None: from the front (``front`` asks for it).
+
+        Each job a finished look found moves its priority's key to just before
+        it, unless that key went back since the look began (``claimed``): what
+        it went back to may lie before the job, and a key never skips a job it
+        was before (the next look finds the job instead).
+        """
+        with self._lock:
+            found, self._found = self._found, []
+            for priority, key in found:
+                self._keys[priority] = ClaimKey(key.run_at, key.id - 1)
+        if front or not self._keys:
             return None
         return dict(self._keys)
+
+    def look_due(self) -> dict[int, ClaimKey] | None:
+        """The keys a front look should compare against, when one is due and none is
+        under way (the caller then starts one); else None."""
+        now = self._clock()
+        with self._lock:
+            if self._look_began is not None or not self._keys or now < self._front_due:
+                return None
+            self._look_began = now
+            self._went_back = set()
+            return dict(self._keys)
+
+    def looked(self, seconds: float, found: Iterable[tuple[int, ClaimKey]]) -> bool:
+        """The look under way took ``seconds`` and found these jobs (one per priority at
+        most); True when the claimer should claim again to take them."""
+        with self._lock:
+            began = self._look_began if self._look_began is not None else self._clock()
+            self._look_began = None
+            self._front_due = began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS)
+            went_back = self._went_back
+            kept = [(p, key) for p, key in found if went_back is not None and p not in went_back]
+            self._found.extend(kept)
+            return bool(kept)
 
     def claimed(
         self,
@@ -64,9 +111,9 @@ class ClaimStart:
 
         Each priority's key becomes its last row, or, if one of its rows went back,
         the place just before the first of those, so the next claim finds it again.
+        A claim from the front counts as a look (the next is due after it) and may
+        move any key back.
         """
-        if after is None:
-            self._front_due = began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS)
         # Each priority's last row is remembered and made a key once: a key per row
         # cost the worker 0.4 µs a job, on claims of hundreds of rows.
         last: dict[int, tuple[str | datetime, int]] = {}
@@ -78,5 +125,17 @@ class ClaimStart:
                 stopped[row.priority] = ClaimKey(row.run_at, row.id - 1)
             else:
                 last[row.priority] = (row.run_at, row.id)
-        self._keys.update({p: ClaimKey(*key) for p, key in last.items() if p not in stopped})
-        self._keys.update(stopped)
+        with self._lock:
+            # What a look found is dropped where a key went back before the claimer took it in.
+            if after is None:
+                self._front_due = max(
+                    self._front_due, began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS)
+                )
+                self._went_back = None
+                self._found.clear()
+            elif stopped:
+                if self._went_back is not None:
+                    self._went_back.update(stopped)
+                self._found = [(p, key) for p, key in self._found if p not in stopped]
+            self._keys.update({p: ClaimKey(*key) for p, key in last.items() if p not in stopped})
+            self._keys.update(stopped)

@@ -9,8 +9,9 @@ record, and a worker killed from outside leaves at most the jobs its
 children had not reached counted and unstarted (docs/guarantees.md). The
 claim keeps the arguments it takes in memory under ``PREFETCH_BYTES``.
 It claims again when a NOTIFY arrives, a child runs low, or the poll
-interval passes; each claim starts where its last one stopped, and now and
-then at the front (``ClaimStart``).
+interval passes; each claim starts where its last one stopped
+(``ClaimStart``), and the front look's thread finds what lies before
+(``FrontLook``, which the claim asks for when one is due).
 
 Queue controls: while a queue this worker serves has a limit (or jobs with
 a concurrency key were enqueued), idle children are first offered to
@@ -32,6 +33,7 @@ from leasejobs.jobs.registry import Task
 from leasejobs.worker import outcomes, rules
 from leasejobs.worker.claim_start import ClaimStart
 from leasejobs.worker.events import Events
+from leasejobs.worker.front_look import FrontLook
 from leasejobs.worker.held import HeldJob, HeldJobs
 from leasejobs.worker.limits import LimitGate
 from leasejobs.worker.options import WorkerOptions
@@ -76,6 +78,9 @@ class Claimer:
         #: The last claim took more than the children had room for.
         self._gave_back = False
         self.start = ClaimStart()
+        #: The front look the claims ask for (None: none; the worker sets it, and runs
+        #: and stops its thread).
+        self.front: FrontLook | None = None
 
     def notified(self, queue: str | None) -> None:
         """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected)."""
@@ -174,13 +179,16 @@ class Claimer:
         """Claim up to ``limit`` jobs and hand them to the children; returns the rows claimed.
 
         The claim starts after this worker's last keys, or at the front of the claim
-        index when one is due (``ClaimStart``; ``front``: now)."""
+        index when it has none (``ClaimStart``; ``front``: at the front now); then it
+        asks for a front look if one is due."""
         after = self.start.after(front=front)
         began = time.monotonic()
         rows, seconds = self._timed_claim(limit, max_bytes=max(1, self._bytes_left()), after=after)
         given_back: set[int] = set()
         got = self._hold(rows, seconds, given_back)
         self.start.claimed(after, began, seconds, rows, given_back)
+        if self.front is not None and (keys := self.start.look_due()) is not None:
+            self.front.ask(keys)
         return got
 
     def _timed_claim(

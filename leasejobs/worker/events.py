@@ -129,6 +129,11 @@ class Events:
     def claim_failed(self, exc: BaseException) -> None:
         logger.warning("claim failed worker=%s: %s", self.worker_id, describe(exc))
 
+    def front_look_failed(self, exc: BaseException) -> None:
+        logger.warning(
+            "front look failed worker=%s: %s; claims go on from their keys", self.worker_id, describe(exc)
+        )
+
     # -- running ---------------------------------------------------------------
 
     def cancel_requested(self, job: HeldJob) -> None:

@@ -42,8 +42,8 @@ from django.db import DatabaseError, connections
 
 from leasejobs import conf
 from leasejobs.db import pooling
-from leasejobs.db.connection import CONNECTION_ERRORS
-from leasejobs.db.store import WorkerStore
+from leasejobs.db.connection import CONNECTION_ERRORS, WorkerConnection
+from leasejobs.db.store import CLAIM_SETTINGS, WorkerStore
 from leasejobs.jobs import registry
 from leasejobs.periodic.scheduler import Scheduler
 from leasejobs.queues import controls
@@ -51,6 +51,7 @@ from leasejobs.worker import child, rules
 from leasejobs.worker.claimer import Claimer
 from leasejobs.worker.events import Events
 from leasejobs.worker.finisher import Finisher
+from leasejobs.worker.front_look import FrontLook
 from leasejobs.worker.heartbeat import Heartbeater
 from leasejobs.worker.held import HeldJob, HeldJobs, Phase
 from leasejobs.worker.listener import listen
@@ -204,12 +205,21 @@ class Worker:
             periodic = self._start(lambda: self._run_schedules(scheduler), "leasejobs-periodic")
         vacuumer = self._vacuumer()
         vacuuming = None if vacuumer is None else self._start(vacuumer.run, "leasejobs-vacuum")
+        front = self.claimer.front = FrontLook(
+            vacuumer.share_connection() if vacuumer is not None else self._front_connection(),
+            self.claimer.start,
+            o.queues,
+            self.events,
+            self.claimer.wake.set,
+        )
+        front_thread = self._start(front.run, "leasejobs-front")
         self._start(self.heartbeater.run, "leasejobs-heartbeat")
         finisher = self._start(self.finisher.run, "leasejobs-finisher")
         self.pool.start(o.concurrency)
         pool = self._start(self.pool.run, "leasejobs-pool")
         try:
             self.claimer.run(self.shutdown.requested)
+            front.stop()  # no claim will take what a look finds
             if vacuumer is not None:
                 vacuumer.stop()  # stopping: a deploy's migrate must not wait for a VACUUM of ours
             self._drain()
@@ -225,6 +235,7 @@ class Worker:
             self.finisher.close(give_up_at=self._finish_deadline())
             finisher.join(timeout=30)
             self._give_back(unfinished)
+            front.stop()  # again, if claiming ended in an exception
             self.heartbeater.stop()
             self._done.set()
             if self.pool.zygote is not None:
@@ -235,6 +246,8 @@ class Worker:
                 vacuumer.stop()  # again, if claiming ended in an exception
                 vacuuming.join(timeout=5)
             self._forget_me()
+            front_thread.join(timeout=1)  # its look was cancelled (FrontLook.stop)
+            front.close()
             self.store.close()
             self._stop_requests.put(False)
             self.shutdown.stopped()
@@ -251,6 +264,10 @@ class Worker:
             scale_factor=float(conf.get("VACUUM_SCALE_FACTOR")),
             pooled=self.plan.pooled,
         )
+
+    def _front_connection(self) -> WorkerConnection:
+        """The front look's own connection, for a worker with no vacuum thread to share one."""
+        return WorkerConnection("front", self.worker_id, settings=CLAIM_SETTINGS, pooled=self.plan.pooled)
 
     def _sync_queue_settings(self) -> None:
         """Write LEASEJOBS["QUEUES"] to the queue table; a role not allowed to is told, not stopped."""

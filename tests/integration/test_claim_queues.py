@@ -1,15 +1,23 @@
 """The integration half of tests/unit/test_claim_queues.py: its tests that start workers or commit."""
 
+import datetime as dt
 import json
+import os
+import signal
+import time
 from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from leasejobs.db import sql
 from leasejobs.db.connection import connection_params
 from leasejobs.db.store import CLAIM_SETTINGS, ClaimKey, claim_params
+from leasejobs.models import Job
+from tests.helpers import wait_until
+from tests.testapp.tasks import record
 from tests.unit.test_claim_queues import _claim_ids, _insert
 
 
@@ -108,3 +116,59 @@ def test_a_claim_from_its_keys_does_not_walk_the_jobs_finished_under_a_pinned_ho
         with psycopg.connect(**connection_params(), options=options) as claim:
             assert [r[0] for r in claim.execute(sql.CLAIM_AFTER, after).fetchall()] == due
         pin.rollback()
+
+
+def _backend(application_name: str) -> tuple[int, str] | None:
+    """The pid and state of the connection of this name, if it is open."""
+    with psycopg.connect(**connection_params(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pid, state FROM pg_stat_activity WHERE application_name = %s", [application_name]
+        ).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def _stop_while_idle(application_name: str) -> int:
+    """SIGSTOP a connection's backend between two statements (holding no lock); its pid."""
+    for _ in range(500):
+        pid, state = wait_until(lambda: _backend(application_name), timeout=20, what=application_name)
+        if state == "idle":
+            os.kill(pid, signal.SIGSTOP)
+            # A stopped backend reports nothing more: idle still means between two statements.
+            if _backend(application_name) == (pid, "idle"):
+                return pid
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError(f"{application_name} was never idle")
+
+
+@pytest.mark.parametrize(
+    ("options", "purpose"),
+    [((), "vacuum"), (("--no-vacuum",), "front")],
+    ids=["on the vacuum thread's connection", "on its own without a vacuum thread"],
+)
+def test_claims_go_on_while_a_front_look_hangs_and_its_finding_runs_once_it_ends(
+    start_worker, options: tuple[str, ...], purpose: str
+):
+    """The backend of the connection the front look runs on is stopped (SIGSTOP) between
+    two statements, so the next look hangs. The worker's claims from its keys go on: 40
+    jobs enqueued one by one all run. A job due an hour ago lies before every key: no
+    claim from the keys sees it, and it runs once the look, resumed (SIGCONT), finds it."""
+    worker = start_worker("--worker-id", "front-hang", "--concurrency", "2", *options)
+    first = record.enqueue(0)
+    wait_until(lambda: Job.objects.get(pk=first.pk).status == "done", timeout=20, what="the first job done")
+    pid = _stop_while_idle(f"leasejobs {purpose} front-hang")
+    try:
+        jobs = [record.enqueue(n) for n in range(1, 41)]
+        wait_until(
+            lambda: Job.objects.filter(pk__in=[j.pk for j in jobs], status="done").count() == 40,
+            timeout=30,
+            what="the jobs enqueued while the look hangs done",
+        )
+        late = record.using(run_at=timezone.now() - dt.timedelta(hours=1)).enqueue(99)
+        time.sleep(2)
+        assert Job.objects.get(pk=late.pk).status == "queued"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: Job.objects.get(pk=late.pk).status == "done", timeout=20, what="the late job done")
+    assert worker.proc.poll() is None
+    assert "front look failed" not in worker.log()

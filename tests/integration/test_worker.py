@@ -59,7 +59,7 @@ def test_higher_priority_runs_first_then_oldest_run_at_then_id(start_worker):
 
 def test_jobs_due_before_a_busy_workers_last_claims_are_still_run(start_worker):
     """A busy worker claims on from the last job it kept of each priority
-    (``sql.CLAIM_AFTER``) and walks from the front only now and then: a job due
+    (``sql.CLAIM_AFTER``) and looks from the front only now and then: a job due
     before those keys, a priority it has not claimed from, and an expired lease
     of a job claimed long ago are found all the same, within moments."""
     from django.utils import timezone

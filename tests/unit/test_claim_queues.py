@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leasejobs.db import sql
-from leasejobs.db.store import ClaimKey, claim_params
+from leasejobs.db.store import ClaimKey, claim_params, key_params
 from leasejobs.models import Queue
 
 QUEUES = ["a", "b", "c"]
@@ -158,4 +158,67 @@ def test_a_claim_from_keys_takes_the_best_jobs_after_them(
         with connection.cursor() as cursor:
             cursor.execute(sql.CLAIM_AFTER, params)
             assert [row[0] for row in cursor.fetchall()] == expected
+        transaction.set_rollback(True)
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    jobs=jobs_strategy,
+    paused=st.sets(st.sampled_from(QUEUES)),
+    limited=st.sets(st.sampled_from(QUEUES)),
+    served=st.one_of(st.none(), st.lists(st.sampled_from([*QUEUES, "d"]), min_size=1, max_size=4)),
+    # Per priority, the key: (due, the n-th id inserted), or, when the last is True, the n-th
+    # job of that priority; a priority left out has no key (the look takes its first job).
+    keys=st.dictionaries(
+        st.sampled_from([-1, 0, 5]),
+        st.tuples(st.sampled_from([-30, -20, -10, 60]), st.integers(0, 12), st.booleans()),
+    ),
+)
+def test_a_front_look_finds_the_first_job_a_claim_could_take_at_or_before_each_key(
+    jobs: list[tuple[str, int, int, str]],
+    paused: set[str],
+    limited: set[str],
+    served: list[str] | None,
+    keys: dict[int, tuple[int, int, bool]],
+) -> None:
+    """``sql.FRONT_LOOK``: per priority, the first job of the claim's model at or before
+    its key (any, without one), highest priority first."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now(), nextval(pg_get_serial_sequence('leasejobs_job', 'id'))")
+            now, first_id = cursor.fetchone()
+        for name in QUEUES:
+            if name in paused or name in limited:
+                Queue.objects.create(
+                    name=name, paused=name in paused, concurrency=2 if name in limited else None
+                )
+        jobs = [(q, p, d if state == "queued" else -abs(d), state) for q, p, d, state in jobs]
+        rows = [(_insert(q, p, d, state), q, p, d, state) for q, p, d, state in jobs]
+        starts: dict[int, tuple[int, int]] = {}
+        for p, (d, n, on_a_job) in keys.items():
+            own = [(r[3], r[0]) for r in rows if r[2] == p]
+            starts[p] = own[n % len(own)] if on_a_job and own else (d, first_id + n)
+        after = {p: ClaimKey(now + timedelta(seconds=d), i) for p, (d, i) in starts.items()}
+        eligible = sorted(
+            (
+                r
+                for r in rows
+                if r[3] < 0
+                and r[4] != "held"
+                and r[1] not in paused
+                and r[1] not in limited
+                and (served is None or r[1] in served)
+                and (r[2] not in starts or (r[3], r[0]) <= starts[r[2]])
+            ),
+            key=lambda r: (-r[2], r[3], r[0]),
+        )
+        expected: dict[int, int] = {}
+        for r in eligible:
+            expected.setdefault(r[2], r[0])
+        params = {**key_params(after), "queues": served, "job_id": None}
+        with connection.cursor() as cursor:
+            cursor.execute(sql.FRONT_LOOK, params)
+            found = [(priority, job_id) for priority, _, job_id in cursor.fetchall()]
+        assert found == list(expected.items())
         transaction.set_rollback(True)

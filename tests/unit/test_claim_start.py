@@ -36,27 +36,74 @@ def test_the_first_claim_walks_from_the_front_and_the_next_from_its_keys() -> No
     assert start.after(front=True) is None
 
 
-def test_a_front_walk_is_due_again_after_its_own_duration_times_the_gap() -> None:
+def test_a_front_look_is_due_after_its_own_duration_times_the_gap_and_one_at_a_time() -> None:
     clock = Clock()
     start = ClaimStart(clock)
     start.claimed(None, 100.0, 0.5, [row(1)], given_back=())
     clock.now = 100.0 + FRONT_GAP * 0.5 - 0.001
-    assert start.after() is not None
-    # A claim from the keys does not move the front walk's time.
+    assert start.look_due() is None
+    # A claim from the keys does not move the look's time, and never waits for it.
     start.claimed(start.after(), clock.now, 3.0, [row(2, second=1)], given_back=())
     clock.now = 100.0 + FRONT_GAP * 0.5
-    assert start.after() is None
+    assert start.look_due() == {0: ClaimKey(T0 + timedelta(seconds=1), 2)}
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=1), 2)}
+    assert start.look_due() is None  # one under way
+    assert not start.looked(0.25, [])
+    assert start.look_due() is None
+    clock.now += FRONT_GAP * 0.25
+    assert start.look_due() is not None
 
 
-def test_a_front_walk_stretched_by_a_stall_delays_the_next_by_ten_seconds_at_most() -> None:
-    """A claim's wall time includes a reconnect's back-off or a pause of the worker."""
+def test_a_front_look_stretched_by_a_stall_delays_the_next_by_ten_seconds_at_most() -> None:
+    """A look's wall time includes a reconnect's back-off or a pause of the worker."""
     clock = Clock()
     start = ClaimStart(clock)
-    start.claimed(None, 100.0, 30.0, [row(1)], given_back=())
+    start.claimed(None, 100.0, 0.0, [row(1)], given_back=())
+    assert start.look_due() is not None
+    start.looked(30.0, [])
     clock.now = 100.0 + FRONT_GAP_MAX_SECONDS - 0.001
-    assert start.after() is not None
+    assert start.look_due() is None
     clock.now = 100.0 + FRONT_GAP_MAX_SECONDS
-    assert start.after() is None
+    assert start.look_due() is not None
+
+
+def test_what_a_look_found_moves_its_prioritys_key_to_just_before_it() -> None:
+    start = ClaimStart(Clock())
+    start.claimed(None, 100.0, 0.0, [row(5, second=5)], given_back=())
+    assert start.look_due() is not None
+    early = ClaimKey(T0 - timedelta(seconds=60), 2)
+    assert start.looked(0.01, [(0, early), (7, ClaimKey(T0, 9))])
+    assert start.after() == {0: ClaimKey(early.run_at, 1), 7: ClaimKey(T0, 8)}
+
+
+def test_a_key_that_went_back_during_a_look_keeps_its_place() -> None:
+    """A job given back during the look may lie before what the look found."""
+    start = ClaimStart(Clock())
+    start.claimed(None, 100.0, 0.0, [row(5, second=5), row(6, 3, second=5)], given_back=())
+    assert start.look_due() is not None
+    start.claimed(start.after(), 100.0, 0.01, [row(7, second=6), row(8, second=7)], given_back={7})
+    assert start.looked(0.01, [(0, ClaimKey(T0, 3)), (3, ClaimKey(T0, 4))])
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=6), 6), 3: ClaimKey(T0, 3)}
+
+
+def test_a_key_that_goes_back_before_the_claimer_takes_a_finding_in_keeps_its_place() -> None:
+    start = ClaimStart(Clock())
+    start.claimed(None, 100.0, 0.0, [row(5, second=5)], given_back=())
+    keys = start.look_due()
+    assert keys is not None
+    assert start.looked(0.01, [(0, ClaimKey(T0, 3))])
+    # The claim that was under way when the look ended gave a job back.
+    start.claimed(keys, 100.0, 0.01, [row(7, second=6)], given_back={7})
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=6), 6)}
+
+
+def test_a_claim_from_the_front_makes_the_look_under_way_moot() -> None:
+    start = ClaimStart(Clock())
+    start.claimed(None, 100.0, 0.0, [row(5, second=5)], given_back=())
+    assert start.look_due() is not None
+    start.claimed(None, 100.0, 0.0, [row(9, second=9)], given_back=())
+    assert not start.looked(0.01, [(0, ClaimKey(T0, 3))])
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=9), 9)}
 
 
 def test_a_job_given_back_stays_after_its_prioritys_key() -> None:
@@ -106,3 +153,85 @@ def test_no_queued_job_is_ever_behind_its_prioritys_key(
         for r in queued:
             if r.priority in after:
                 assert (r.run_at, r.id) > tuple(after[r.priority])
+
+
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from([0, 5]), max_size=3),  # new jobs, due after every job before them
+            st.lists(st.sampled_from([0, 5]), max_size=2),  # late jobs, due before every job before them
+            st.booleans(),  # the claim walks from the front
+            st.integers(0, 6),  # how many of the jobs it can see it takes (a prefix)
+            st.lists(st.booleans(), max_size=6),  # which of those go back to the queue
+            st.sampled_from(["none", "begin", "end"]),  # a front look begins or ends after the claim
+        ),
+        max_size=10,
+    )
+)
+def test_keys_never_skip_a_job_and_a_look_brings_back_what_lies_before_them(
+    steps: list[tuple[list[int], list[int], bool, int, list[bool], str]],
+) -> None:
+    """Against a model of the claims and the looks (each sees the queue as it was when it
+    began, and finds per priority the first job at or before the key it was given): a
+    job a claim from the keys can see stays visible until a claim takes it; a job queued
+    when a look began, whose priority's key went nowhere back meanwhile, is visible once
+    the claimer took the look's findings in."""
+    clock = Clock()
+    start = ClaimStart(clock)
+    queued: list[ClaimedRow] = []
+    next_id = 1
+    look: tuple[dict[int, ClaimKey], list[ClaimedRow]] | None = None
+    voided: set[int] | None = set()  # priorities whose key went back during the look (None: all)
+    owed: list[ClaimedRow] = []  # queued when a finished look began; its priority's key did not go back
+
+    def visible(keys: dict[int, ClaimKey] | None, r: ClaimedRow) -> bool:
+        return keys is None or (r.priority in keys and (r.run_at, r.id) > tuple(keys[r.priority]))
+
+    for new, late, front, taken, back, event in steps:
+        for priority in new:
+            queued.append(row(next_id, priority, second=next_id))
+            next_id += 1
+        for priority in late:
+            queued.append(row(next_id, priority, second=-next_id))
+            next_id += 1
+        keys = None if front else start.after()
+        seen = [r for r in queued if keys is not None and visible(keys, r)]
+        rows = sorted([r for r in queued if visible(keys, r)], key=lambda r: (-r.priority, r.run_at, r.id))[
+            :taken
+        ]
+        gone = {r.id for r, b in zip(rows, back, strict=False) if b}
+        went_back = {r.priority for r in rows if r.id in gone}
+        start.claimed(keys, clock.now, 0.0, rows, given_back=gone)
+        queued = [r for r in queued if r not in rows or r.id in gone]
+        after = start.after()
+        assert after is not None or not rows
+        for r in seen:
+            if r in queued and after is not None:
+                assert visible(after, r), "a key moved past a job no claim took"
+        if front:
+            owed = []
+            voided = None
+        elif voided is not None:
+            voided |= went_back
+        owed = [r for r in owed if r in queued and r.priority not in went_back]
+        for r in owed:
+            assert visible(after, r), "a look's finding was lost"
+        if event == "begin" and look is None:
+            clock.now += 100.0
+            keys_sent = start.look_due()
+            if keys_sent is not None:
+                look = (keys_sent, list(queued))
+                voided = set()
+        elif event == "end" and look is not None:
+            keys_sent, snapshot = look
+            found: dict[int, ClaimKey] = {}
+            for r in sorted(snapshot, key=lambda r: (r.run_at, r.id)):
+                key = keys_sent.get(r.priority)
+                if r.priority not in found and (key is None or (r.run_at, r.id) <= tuple(key)):
+                    found[r.priority] = ClaimKey(r.run_at, r.id)
+            start.looked(0.0, found.items())
+            look = None
+            owed = [r for r in snapshot if r in queued and voided is not None and r.priority not in voided]
+            after = start.after()
+            for r in owed:
+                assert visible(after, r), "a look's finding was lost"

@@ -54,7 +54,14 @@ a job is queued or running exactly when ``finished_at`` is NULL.
 """
 
 from leasejobs.db.sql.admin import ADMIN_CANCEL, ADMIN_RELEASE, ADMIN_RETRY
-from leasejobs.db.sql.claim import CLAIM, CLAIM_AFTER, CLAIM_LIMITED, LIMITS_APPLY, PENDING_RETRIES
+from leasejobs.db.sql.claim import (
+    CLAIM,
+    CLAIM_AFTER,
+    CLAIM_LIMITED,
+    FRONT_LOOK,
+    LIMITS_APPLY,
+    PENDING_RETRIES,
+)
 from leasejobs.db.sql.clock import CLOCK_PARAMETER, at_clock
 from leasejobs.db.sql.enqueue import BULK_ENQUEUE, ENQUEUE, ENQUEUE_PLAIN, KEY_PLACES
 from leasejobs.db.sql.leases import FINISH, FINISH_WAITING, HEARTBEAT, RELEASE
@@ -76,6 +83,7 @@ __all__ = [
     "FENCE_CHECK",
     "FINISH",
     "FINISH_WAITING",
+    "FRONT_LOOK",
     "HEARTBEAT",
     "KEY_PLACES",
     "LIMITS_APPLY",

@@ -93,6 +93,29 @@ _SETTLED = (
 )
 
 
+def _claimable(after: str) -> str:
+    """The plain claim's walk of one priority ``l.priority`` of the claim index, in
+    claim order: its jobs that may be claimed now; ``after`` bounds the walk (a
+    condition; empty: the whole priority). Shared by ``CLAIM``, ``CLAIM_AFTER``
+    and ``FRONT_LOOK``, which must see the same jobs."""
+    return (
+        """
+        FROM leasejobs_job
+        WHERE priority = l.priority
+          AND finished_at IS NULL
+          AND run_at <= statement_timestamp()"""
+        + after
+        + """
+          AND (status = 'queued' OR lease_until < statement_timestamp())
+          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+          AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+          AND concurrency_key IS NULL
+          AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
+                                  WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
+        ORDER BY run_at, id"""
+    )
+
+
 def _plain_claim(levels: str, after: str) -> str:
     """``CLAIM`` or ``CLAIM_AFTER``: ``levels`` names the priorities to walk
     (a CTE), ``after`` where each walk starts (a condition; empty: at the front)."""
@@ -108,20 +131,9 @@ picked AS (
                """
         + _ended("")
         + """ AS ended,
-               args::text AS args_text, kwargs::text AS kwargs_text
-        FROM leasejobs_job
-        WHERE priority = l.priority
-          AND finished_at IS NULL
-          AND run_at <= statement_timestamp()"""
-        + after
+               args::text AS args_text, kwargs::text AS kwargs_text"""
+        + _claimable(after)
         + """
-          AND (status = 'queued' OR lease_until < statement_timestamp())
-          AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-          AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
-          AND concurrency_key IS NULL
-          AND queue <> ALL (ARRAY(SELECT name FROM leasejobs_queue
-                                  WHERE paused OR concurrency IS NOT NULL OR rate_count IS NOT NULL))
-        ORDER BY run_at, id
         LIMIT %(limit)s
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS c
@@ -175,6 +187,21 @@ WHERE (SELECT count(*) FROM settled) >= 0
 ORDER BY claimed.priority DESC, claimed.run_at, claimed.id
 """
     )
+
+
+#: The priorities of queued and running jobs, highest first (a skip scan of the
+#: claim index): where ``CLAIM`` and ``FRONT_LOOK`` walk.
+_LEVELS = """
+WITH RECURSIVE levels(priority) AS (
+    -- The priorities of queued and running jobs, highest first: one index probe each.
+    (SELECT priority FROM leasejobs_job WHERE finished_at IS NULL
+     ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM leasejobs_job AS j
+            WHERE j.finished_at IS NULL AND j.priority < l.priority
+            ORDER BY j.priority DESC LIMIT 1)
+    FROM levels AS l WHERE l.priority IS NOT NULL
+)"""
 
 
 #: Claim up to ``limit`` jobs for this worker in one statement.
@@ -247,20 +274,7 @@ ORDER BY claimed.priority DESC, claimed.run_at, claimed.id
 #: once per statement, so a pause applies to the very next claim); those
 #: are ``CLAIM_LIMITED``'s. With no queue row and no key, this is the claim
 #: it always was, plus one look at an empty table.
-CLAIM = _plain_claim(
-    """
-WITH RECURSIVE levels(priority) AS (
-    -- The priorities of queued and running jobs, highest first: one index probe each.
-    (SELECT priority FROM leasejobs_job WHERE finished_at IS NULL
-     ORDER BY priority DESC LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.priority FROM leasejobs_job AS j
-            WHERE j.finished_at IS NULL AND j.priority < l.priority
-            ORDER BY j.priority DESC LIMIT 1)
-    FROM levels AS l WHERE l.priority IS NOT NULL
-),""",
-    "",
-)
+CLAIM = _plain_claim(_LEVELS + ",", "")
 
 #: ``CLAIM``, walking on from where this worker's claims stopped: each
 #: priority it has claimed from (``after_priorities``) is walked from just
@@ -295,6 +309,48 @@ WITH levels(priority, after_run_at, after_id) AS (
 ),""",
     """
           AND (run_at, id) > (l.after_run_at, l.after_id)""",
+)
+
+#: The look from the front that a claim from the keys cannot make: for each
+#: priority of queued and running jobs, the first job a plain claim could
+#: take now that lies at or before this worker's key of that priority (every
+#: such job of a priority it has no key of). Nothing is locked or written.
+#:
+#: A job due before a key is one ``CLAIM_AFTER`` walks past: an expired
+#: lease, a job another worker gave back, one enqueued with an earlier
+#: ``run_at`` or committed long after its statement. The worker moves the
+#: key of each priority found to just before the job, and its next claim
+#: takes it. The look runs on a connection and a thread of its own
+#: (``leasejobs.worker.front_look``): while the xmin horizon is pinned it
+#: walks every index entry the pin keeps, which took seconds, and a claim
+#: made to wait for that walk (as ``CLAIM`` from the front was, now and then)
+#: left the jobs arriving meanwhile to the other workers.
+#:
+#: The key bounds each walk as an index condition (a missing key as the end
+#: of time), so a priority with nothing before its key costs a walk to the
+#: key, never through the jobs queued after it.
+FRONT_LOOK = (
+    _LEVELS
+    + """,
+keys(priority, run_at, id) AS (
+    SELECT * FROM unnest(%(after_priorities)s::smallint[], %(after_run_ats)s::text[]::timestamptz[],
+                         %(after_ids)s::bigint[])
+)
+SELECT c.priority, c.run_at::text, c.id
+FROM levels AS l
+LEFT JOIN keys AS k ON k.priority = l.priority
+CROSS JOIN LATERAL (
+    SELECT priority, run_at, id"""
+    + _claimable(
+        """
+          AND (run_at, id) <= (COALESCE(k.run_at, 'infinity'), COALESCE(k.id, 9223372036854775807))"""
+    )
+    + """
+    LIMIT 1
+) AS c
+WHERE l.priority IS NOT NULL
+ORDER BY c.priority DESC
+"""
 )
 
 #: Claim up to ``limit`` jobs that a limit governs: jobs of queues with a
