@@ -293,8 +293,10 @@ CLAIM = _plain_claim(_LEVELS + ",", "")
 #: What it cannot see: a job due before the key (an expired lease, a job
 #: given back by another worker, one enqueued with an earlier ``run_at`` or
 #: committed long after its statement), and priorities this worker has not
-#: claimed from. The worker walks from the front (``CLAIM``) often enough
-#: for those (``leasejobs.worker.claim_start``).
+#: claimed from. The worker's front look (``FRONT_LOOK``, beside the claims)
+#: finds those often enough (``leasejobs.worker.claim_start``); the worker
+#: claims from the front (``CLAIM``) only before it has keys, and when
+#: ``--burst`` asks whether anything is left.
 #:
 #: The keys travel as text, in and out (``run_at::text``, which ``CLAIM``
 #: returns): the worker never reads them, and a ``run_at`` Python cannot
