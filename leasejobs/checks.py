@@ -84,7 +84,8 @@ def check_queues(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register()
 def check_vacuum(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """The worker's VACUUM thresholds: a whole number or None, and a share of at least 0."""
+    """The worker's VACUUM thresholds (a whole number or None, and a share of at least 0),
+    and the longest walk from the claim index's front the claimer makes itself."""
     threshold, scale = conf.get("VACUUM_THRESHOLD"), conf.get("VACUUM_SCALE_FACTOR")
     found = []
     if threshold is not None and (type(threshold) is not int or threshold < 0):
@@ -94,6 +95,9 @@ def check_vacuum(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         )
     if type(scale) not in (int, float) or not 0 <= scale < math.inf:
         found.append(f"LEASEJOBS['VACUUM_SCALE_FACTOR'] must be a number, 0 or more, not {scale!r}.")
+    inline = conf.get("FRONT_WALK_INLINE_MS")
+    if type(inline) not in (int, float) or not 0 <= inline < math.inf:
+        found.append(f"LEASEJOBS['FRONT_WALK_INLINE_MS'] must be a number of ms, 0 or more, not {inline!r}.")
     return [Error(message, id="leasejobs.E004") for message in found]
 
 

@@ -82,6 +82,11 @@ DEFAULTS: dict[str, Any] = {
     # --no-vacuum). Only a role that may VACUUM the table does.
     "VACUUM_THRESHOLD": 50_000,
     "VACUUM_SCALE_FACTOR": 0.1,
+    # A walk from the claim index's front (what finds expired leases, jobs
+    # given back and late commits) that took less than this many ms the
+    # claimer makes itself; a longer one (a pinned xmin horizon) goes to a
+    # thread and a connection of its own, beside the claims. 0: always there.
+    "FRONT_WALK_INLINE_MS": 50,
 }
 
 

@@ -67,6 +67,12 @@ if _vacuum_threshold := os.environ.get("LEASEJOBS_TEST_VACUUM_THRESHOLD"):
     LEASEJOBS["VACUUM_THRESHOLD"] = int(_vacuum_threshold)
     LEASEJOBS["VACUUM_SCALE_FACTOR"] = 0.0
 
+# A worker started with this variable makes a walk from the claim index's front itself only
+# when the last took less than that many ms; 0: its front look's thread makes them all
+# (tests/integration/test_claim_queues.py).
+if (_inline := os.environ.get("LEASEJOBS_TEST_FRONT_WALK_INLINE_MS")) is not None:
+    LEASEJOBS["FRONT_WALK_INLINE_MS"] = float(_inline)
+
 # A worker started with this variable says what it did this often (tests/integration/test_worker_says.py).
 if _summary_seconds := os.environ.get("LEASEJOBS_TEST_SUMMARY_SECONDS"):
     LEASEJOBS["SUMMARY_SECONDS"] = float(_summary_seconds)

@@ -220,22 +220,11 @@ def key_params(after: Mapping[int, ClaimKey]) -> dict[str, list[Any]]:
 def front_look(
     conn: WorkerConnection, after: Mapping[int, ClaimKey], queues: list[str] | None
 ) -> list[tuple[int, ClaimKey]]:
-    """``FRONT_LOOK`` on ``conn``: per priority, the first job a claim could take now at or
-    before its key in ``after`` (any, for a priority not in it), as ``(priority, key)``.
-
-    ``conn`` is the vacuum thread's connection (``leasejobs.worker.front_look`` says
-    why), whose own settings are not the claim's: the look's plan is made under the
-    claim's (``LOOKUP_PLANS``), set for its transaction.
-    """
-    with conn.transaction() as cursor:
-        cursor.execute(_LOOKUP_PLANS_LOCAL, _LOOKUP_PLANS_ARGS)
-        cursor.execute(sql.FRONT_LOOK, {**key_params(after), "queues": queues, "job_id": None})
-        rows = cursor.fetchall()
+    """``FRONT_LOOK`` on ``conn`` (the front look's, set up as the claim's): per priority,
+    the first job a claim could take now at or before its key in ``after`` (any, for a
+    priority not in it), as ``(priority, key)``."""
+    rows = conn.execute(sql.FRONT_LOOK, {**key_params(after), "queues": queues, "job_id": None})
     return [(priority, ClaimKey(run_at, job_id)) for priority, run_at, job_id in rows]
-
-
-_LOOKUP_PLANS_LOCAL = "SELECT " + ", ".join(["set_config(%s, %s, true)"] * len(LOOKUP_PLANS))
-_LOOKUP_PLANS_ARGS = [part for pair in LOOKUP_PLANS.items() for part in pair]
 
 
 def max_row_bytes(max_payload_bytes: int) -> int:

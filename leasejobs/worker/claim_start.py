@@ -13,15 +13,21 @@ anything is left.
 What only the front shows (a job due before a key: an expired lease, a job
 another worker gave back, one enqueued with an earlier ``run_at`` or
 committed long after its statement; a priority the worker has not claimed
-from) a front look finds (``sql.FRONT_LOOK``, on a thread and a connection
-of its own: ``leasejobs.worker.front_look``), and the claimer moves the key
-of each priority it found to just before that job. A look is due once the
-last one is ``FRONT_GAP`` times its own duration old (at most
-``FRONT_GAP_MAX_SECONDS``), and is asked for by a claim, so an idle worker
-looks no more often than it claims. A job only a look finds waits for it: 20
-times a look's duration, a few milliseconds on a healthy database, 10 s at
-most. Until 4 December the claimer walked from the front itself when a look
-was due, and under a pinned horizon its claims waited for that walk.
+from) a walk from the front finds, due once the last one is ``FRONT_GAP``
+times its own duration old (at most ``FRONT_GAP_MAX_SECONDS``): a job only
+it finds waits 20 times its duration, a few milliseconds on a healthy
+database, 10 s at most. While that walk is cheap (the last one took under
+``LEASEJOBS["FRONT_WALK_INLINE_MS"]``, 50 ms) the claimer makes it itself,
+as a claim from the front: no statement more. Once it is not (a pinned horizon keeps every entry of
+the jobs finished since, and a walk took seconds), a front look finds the
+same jobs beside the claims (``sql.FRONT_LOOK``, on a thread and a
+connection of its own: ``leasejobs.worker.front_look``), asked for by a
+claim, so an idle worker looks no more often than it claims; the claimer
+moves the key of each priority it found to just before that job. A look
+stuck past ``FRONT_GAP_MAX_SECONDS`` (its backend hung) is walked past: the
+claimer walks from the front itself again when one is due. Until 4 December
+the claimer made every walk itself, and under a pinned horizon its claims
+waited for them.
 
 Each priority the worker has claimed from keeps its key, and costs each
 claim from the keys one index probe (a few buffers) while it has no jobs.
@@ -34,6 +40,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 
+from leasejobs import conf
 from leasejobs.db.store import ClaimedRow, ClaimKey
 
 #: A front look is due again this many times its own duration after it began,
@@ -41,16 +48,27 @@ FRONT_GAP = 20
 #: and never later than this: its duration is a statement's wall time, which a
 #: reconnect's back-off, a lock wait or a pause of the worker can stretch.
 FRONT_GAP_MAX_SECONDS = 10.0
+#: A walk from the front that took less than this the claimer makes itself; a
+#: longer one goes to the front look's thread (``LEASEJOBS["FRONT_WALK_INLINE_MS"]``'s
+#: default). A healthy claim from the front of hundreds of jobs takes 10 to 30 ms
+#: on two busy cores; under a pinned horizon walks took 100 ms to seconds
+#: (docs/performance.md).
+INLINE_SECONDS = conf.DEFAULTS["FRONT_WALK_INLINE_MS"] / 1000
 
 
 class ClaimStart:
     """The keys a claim starts after, per priority, and when a front look is due."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, *, inline_seconds: float = INLINE_SECONDS
+    ) -> None:
         self._clock = clock
+        self._inline_seconds = inline_seconds
         self._lock = threading.Lock()
         self._keys: dict[int, ClaimKey] = {}
         self._front_due = 0.0
+        #: How long the last walk from the front took, the claimer's or a look's.
+        self._walk_seconds = 0.0
         #: When the look under way began (None: none is).
         self._look_began: float | None = None
         #: What finished looks found, for the claimer to take in: (priority, job's key).
@@ -59,39 +77,53 @@ class ClaimStart:
         self._went_back: set[int] | None = set()
 
     def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
-        """The keys the next claim starts after; None: from the front (``front`` asks for it).
+        """The keys the next claim starts after; None: from the front (``front`` asks for
+        it; a walk is due and cheap, or due with the look under way stuck).
 
         Each job a finished look found moves its priority's key to just before
         it, unless that key went back since the look began (``claimed``): what
         it went back to may lie before the job, and a key never skips a job it
         was before (the next look finds the job instead).
         """
+        now = self._clock()
         with self._lock:
             found, self._found = self._found, []
             for priority, key in found:
                 self._keys[priority] = ClaimKey(key.run_at, key.id - 1)
-        if front or not self._keys:
-            return None
-        return dict(self._keys)
+            if front or not self._keys:
+                return None
+            if now >= self._front_due:
+                if self._look_began is None and self._walk_seconds < self._inline_seconds:
+                    return None  # a cheap walk: the claimer's own
+                if self._look_began is not None and now - self._look_began > FRONT_GAP_MAX_SECONDS:
+                    return None  # the look under way is stuck
+            return dict(self._keys)
 
     def look_due(self) -> dict[int, ClaimKey] | None:
-        """The keys a front look should compare against, when one is due and none is
-        under way (the caller then starts one); else None."""
+        """The keys a front look should compare against, when a walk is due, too costly
+        for the claimer, and no look is under way (the caller then starts one); else None."""
         now = self._clock()
         with self._lock:
-            if self._look_began is not None or not self._keys or now < self._front_due:
+            if (
+                self._look_began is not None
+                or not self._keys
+                or now < self._front_due
+                or self._walk_seconds < self._inline_seconds
+            ):
                 return None
             self._look_began = now
             self._went_back = set()
             return dict(self._keys)
 
-    def looked(self, seconds: float, found: Iterable[tuple[int, ClaimKey]]) -> bool:
+    def looked(self, seconds: float, found: Iterable[tuple[int, ClaimKey]], *, failed: bool = False) -> bool:
         """The look under way took ``seconds`` and found these jobs (one per priority at
-        most); True when the claimer should claim again to take them."""
+        most); True when the claimer should claim again to take them. A look that
+        ``failed`` leaves the next walk to the claimer."""
         with self._lock:
             began = self._look_began if self._look_began is not None else self._clock()
             self._look_began = None
-            self._front_due = began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS)
+            self._front_due = max(self._front_due, began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS))
+            self._walk_seconds = 0.0 if failed else seconds
             went_back = self._went_back
             kept = [(p, key) for p, key in found if went_back is not None and p not in went_back]
             self._found.extend(kept)
@@ -111,8 +143,8 @@ class ClaimStart:
 
         Each priority's key becomes its last row, or, if one of its rows went back,
         the place just before the first of those, so the next claim finds it again.
-        A claim from the front counts as a look (the next is due after it) and may
-        move any key back.
+        A claim from the front is a walk (the next is due after it; its duration
+        says who makes the next) and may move any key back.
         """
         # Each priority's last row is remembered and made a key once: a key per row
         # cost the worker 0.4 µs a job, on claims of hundreds of rows.
@@ -131,6 +163,7 @@ class ClaimStart:
                 self._front_due = max(
                     self._front_due, began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS)
                 )
+                self._walk_seconds = seconds
                 self._went_back = None
                 self._found.clear()
             elif stopped:

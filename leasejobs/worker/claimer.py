@@ -77,7 +77,7 @@ class Claimer:
         self.limits = LimitGate(store, options.queues, poll_interval)
         #: The last claim took more than the children had room for.
         self._gave_back = False
-        self.start = ClaimStart()
+        self.start = ClaimStart(inline_seconds=float(conf.get("FRONT_WALK_INLINE_MS")) / 1000)
         #: The front look the claims ask for (None: none; the worker sets it, and runs
         #: and stops its thread).
         self.front: FrontLook | None = None

@@ -1,31 +1,36 @@
 """The front look's thread: what claims from the keys cannot see, found beside them.
 
-The claimer asks for a look when ``ClaimStart.look_due`` says one is due;
-this thread runs it (``sql.FRONT_LOOK``) and hands what it found to
-``ClaimStart``, waking the claimer when there is something to take. A look
-walks every index entry a pinned xmin horizon keeps, which can take
-seconds; on its own thread that delays the jobs only it finds, never a
-claim.
+When a walk from the claim index's front is due and too costly for the
+claimer (``ClaimStart``), a claim asks this thread for a look
+(``sql.FRONT_LOOK``), which hands what it found to ``ClaimStart`` and wakes
+the claimer when there is something to take. A look walks every index entry
+a pinned xmin horizon keeps, which can take seconds; on its own thread that
+delays the jobs only it finds, never a claim.
 
-It runs on the vacuum thread's connection (``leasejobs.worker.vacuum``), one
-statement at a time with it: both are rare and neither is in a hurry, and
-a worker of many on one server holds no connection more for it (a VACUUM
-under way delays a look by its own duration). A worker that does not vacuum
-(``runworker --no-vacuum``) gives the look a connection of its own instead.
+Its connection is its own, opened at the first look: on a healthy database
+there is none (the claimer's walks are cheap), and a worker holds one more
+connection only while a horizon is pinned. Shared with the vacuum thread
+instead, a look waited for each VACUUM and a stuck look stopped the vacuum
+thread and slowed the worker's stop (a review, 4 December). Its statements
+end after ``LOOK_TIMEOUT_MS`` whatever happens, and a stop cancels the look
+under way: a look left running on the server would hold its lock on the
+job table against a deploy's ``migrate``.
 """
 
-import queue
+import threading
 import time
 from collections.abc import Callable
 
 from leasejobs.db.connection import CONNECTION_ERRORS, WorkerConnection
-from leasejobs.db.store import ClaimKey, front_look
-from leasejobs.worker.claim_start import FRONT_GAP, FRONT_GAP_MAX_SECONDS, ClaimStart
+from leasejobs.db.store import CLAIM_SETTINGS, ClaimKey, front_look
+from leasejobs.worker.claim_start import ClaimStart
 from leasejobs.worker.events import Events
 
-#: A failed look counts as one this long: the next is due ``FRONT_GAP_MAX_SECONDS``
-#: after it, as a stalled one's would be, and the claims go on from their keys meanwhile.
-FAILED_LOOK_SECONDS = FRONT_GAP_MAX_SECONDS / FRONT_GAP
+#: No look runs longer than this (a minute: ten times the longest measured).
+LOOK_TIMEOUT_MS = 60_000
+#: How long ``stop`` goes on cancelling a look (the first cancel may reach the
+#: server before the look does).
+STOP_SECONDS = 1.0
 
 
 class FrontLook:
@@ -33,52 +38,72 @@ class FrontLook:
 
     def __init__(
         self,
-        conn: WorkerConnection,
+        worker_id: str,
         start: ClaimStart,
         queues: list[str] | None,
         events: Events,
         wake: Callable[[], None],
+        *,
+        pooled: bool = False,
     ) -> None:
-        self._conn = conn
+        self._conn = WorkerConnection(
+            "front",
+            worker_id,
+            settings={**CLAIM_SETTINGS, "statement_timeout": str(LOOK_TIMEOUT_MS)},
+            pooled=pooled,
+        )
         self._start = start
         self._queues = queues
         self._events = events
         self._wake = wake
-        self._asked: queue.SimpleQueue[dict[int, ClaimKey] | None] = queue.SimpleQueue()
+        self._asked = threading.Condition()
+        self._keys: dict[int, ClaimKey] | None = None
         self._stopped = False
         self._looking = False
 
     def ask(self, keys: dict[int, ClaimKey]) -> None:
         """Look before these keys (``ClaimStart.look_due``'s); returns at once."""
-        self._asked.put(keys)
+        with self._asked:
+            self._keys = keys
+            self._asked.notify()
 
     def stop(self) -> None:
-        """End the thread; a look under way is cancelled (a walk under a pinned horizon
+        """End the thread; the look under way is cancelled (a walk under a pinned horizon
         may take seconds, and a stopping worker waits for no look)."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._asked.put(None)
-        if self._looking:
+        with self._asked:
+            self._stopped = True
+            self._asked.notify()
+        deadline = time.monotonic() + STOP_SECONDS
+        while time.monotonic() < deadline:
+            with self._asked:
+                if not self._looking:
+                    return
             self._conn.cancel()
-
-    def close(self) -> None:
-        """Close its connection (the vacuum thread's too, which leaves it to the look)."""
-        self._conn.close()
+            time.sleep(0.05)
 
     def run(self) -> None:
-        while (keys := self._asked.get()) is not None and not self._stopped:
-            began = time.perf_counter()
-            self._looking = True
-            try:
-                found = front_look(self._conn, keys, self._queues)
-            except CONNECTION_ERRORS as exc:
-                if self._stopped:
-                    return  # cancelled by ``stop``
-                self._events.front_look_failed(exc)
-                self._start.looked(FAILED_LOOK_SECONDS, ())
-                continue
-            finally:
-                self._looking = False
-            if self._start.looked(time.perf_counter() - began, found):
-                self._wake()
+        try:
+            while True:
+                with self._asked:
+                    while self._keys is None and not self._stopped:
+                        self._asked.wait()
+                    if self._stopped or self._keys is None:
+                        return
+                    keys, self._keys = self._keys, None
+                    self._looking = True  # under the lock: ``stop`` sees it or we see it
+                began = time.perf_counter()
+                try:
+                    found = front_look(self._conn, keys, self._queues)
+                except CONNECTION_ERRORS as exc:
+                    if self._stopped:
+                        return  # cancelled by ``stop``
+                    self._events.front_look_failed(exc)
+                    self._start.looked(time.perf_counter() - began, (), failed=True)
+                    continue
+                finally:
+                    with self._asked:
+                        self._looking = False
+                if self._start.looked(time.perf_counter() - began, found):
+                    self._wake()
+        finally:
+            self._conn.close()

@@ -113,7 +113,6 @@ class Vacuumer:
         )
         #: Stores the charts' closed buckets on this thread's connection.
         self._charts = ChartKeeper(self._conn, events, quiet=self._stopping)
-        self._shared = False
         self._stop = threading.Event()
         #: Set while a VACUUM is about to run or runs: what ``stop`` cancels.
         self._busy = threading.Event()
@@ -155,14 +154,7 @@ class Vacuumer:
                 if not vacuuming and not keeping:
                     return
         finally:
-            if not self._shared:
-                self.close()
-
-    def share_connection(self) -> WorkerConnection:
-        """Its connection, for the front look to share (``leasejobs.worker.front_look``);
-        whoever takes it closes it, as this thread may end before the worker does."""
-        self._shared = True
-        return self._conn
+            self.close()
 
     def _keep_charts(self) -> bool:
         """One step of the chart keeper (False: it is off); ``stop`` cancels it as it cancels a VACUUM."""

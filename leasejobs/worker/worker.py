@@ -42,8 +42,8 @@ from django.db import DatabaseError, connections
 
 from leasejobs import conf
 from leasejobs.db import pooling
-from leasejobs.db.connection import CONNECTION_ERRORS, WorkerConnection
-from leasejobs.db.store import CLAIM_SETTINGS, WorkerStore
+from leasejobs.db.connection import CONNECTION_ERRORS
+from leasejobs.db.store import WorkerStore
 from leasejobs.jobs import registry
 from leasejobs.periodic.scheduler import Scheduler
 from leasejobs.queues import controls
@@ -206,11 +206,12 @@ class Worker:
         vacuumer = self._vacuumer()
         vacuuming = None if vacuumer is None else self._start(vacuumer.run, "leasejobs-vacuum")
         front = self.claimer.front = FrontLook(
-            vacuumer.share_connection() if vacuumer is not None else self._front_connection(),
+            self.worker_id,
             self.claimer.start,
             o.queues,
             self.events,
             self.claimer.wake.set,
+            pooled=self.plan.pooled,
         )
         front_thread = self._start(front.run, "leasejobs-front")
         self._start(self.heartbeater.run, "leasejobs-heartbeat")
@@ -246,8 +247,7 @@ class Worker:
                 vacuumer.stop()  # again, if claiming ended in an exception
                 vacuuming.join(timeout=5)
             self._forget_me()
-            front_thread.join(timeout=1)  # its look was cancelled (FrontLook.stop)
-            front.close()
+            front_thread.join(timeout=1)  # its look was cancelled (FrontLook.stop); it closes its connection
             self.store.close()
             self._stop_requests.put(False)
             self.shutdown.stopped()
@@ -264,10 +264,6 @@ class Worker:
             scale_factor=float(conf.get("VACUUM_SCALE_FACTOR")),
             pooled=self.plan.pooled,
         )
-
-    def _front_connection(self) -> WorkerConnection:
-        """The front look's own connection, for a worker with no vacuum thread to share one."""
-        return WorkerConnection("front", self.worker_id, settings=CLAIM_SETTINGS, pooled=self.plan.pooled)
 
     def _sync_queue_settings(self) -> None:
         """Write LEASEJOBS["QUEUES"] to the queue table; a role not allowed to is told, not stopped."""

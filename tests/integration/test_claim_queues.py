@@ -141,22 +141,19 @@ def _stop_while_idle(application_name: str) -> int:
     raise AssertionError(f"{application_name} was never idle")
 
 
-@pytest.mark.parametrize(
-    ("options", "purpose"),
-    [((), "vacuum"), (("--no-vacuum",), "front")],
-    ids=["on the vacuum thread's connection", "on its own without a vacuum thread"],
-)
-def test_claims_go_on_while_a_front_look_hangs_and_its_finding_runs_once_it_ends(
-    start_worker, options: tuple[str, ...], purpose: str
-):
-    """The backend of the connection the front look runs on is stopped (SIGSTOP) between
-    two statements, so the next look hangs. The worker's claims from its keys go on: 40
-    jobs enqueued one by one all run. A job due an hour ago lies before every key: no
-    claim from the keys sees it, and it runs once the look, resumed (SIGCONT), finds it."""
-    worker = start_worker("--worker-id", "front-hang", "--concurrency", "2", *options)
+def test_claims_go_on_while_a_front_look_hangs_and_its_finding_runs_once_it_ends(start_worker):
+    """Every walk from the front goes to the front look's thread (as under a pinned
+    horizon, where walks are costly), and the look's backend is stopped (SIGSTOP)
+    between two statements, so the next look hangs. The worker's claims from its keys go
+    on: 40 jobs enqueued one by one all run. A job due an hour ago lies before every
+    key: no claim from the keys sees it, and it runs once the look, resumed (SIGCONT),
+    finds it."""
+    worker = start_worker(
+        "--worker-id", "front-hang", "--concurrency", "2", env={"LEASEJOBS_TEST_FRONT_WALK_INLINE_MS": "0"}
+    )
     first = record.enqueue(0)
     wait_until(lambda: Job.objects.get(pk=first.pk).status == "done", timeout=20, what="the first job done")
-    pid = _stop_while_idle(f"leasejobs {purpose} front-hang")
+    pid = _stop_while_idle("leasejobs front front-hang")
     try:
         jobs = [record.enqueue(n) for n in range(1, 41)]
         wait_until(
@@ -172,3 +169,14 @@ def test_claims_go_on_while_a_front_look_hangs_and_its_finding_runs_once_it_ends
     wait_until(lambda: Job.objects.get(pk=late.pk).status == "done", timeout=20, what="the late job done")
     assert worker.proc.poll() is None
     assert "front look failed" not in worker.log()
+
+
+def test_on_a_healthy_database_the_claimer_walks_from_the_front_itself(start_worker):
+    """Walks from the front are cheap here (no pinned horizon): the claimer makes them,
+    a job due before its keys runs all the same, and no front-look connection opens."""
+    start_worker("--worker-id", "front-inline", "--concurrency", "2")
+    jobs = [record.enqueue(n) for n in range(20)]
+    wait_until(lambda: Job.objects.filter(status="done").count() == 20, timeout=20, what="the jobs done")
+    late = record.using(run_at=timezone.now() - dt.timedelta(hours=1)).enqueue(99)
+    wait_until(lambda: Job.objects.get(pk=late.pk).status == "done", timeout=20, what="the late job done")
+    assert jobs and _backend("leasejobs front front-inline") is None

@@ -7,9 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leasejobs.db.store import ClaimedRow, ClaimKey
-from leasejobs.worker.claim_start import FRONT_GAP, FRONT_GAP_MAX_SECONDS, ClaimStart
+from leasejobs.worker.claim_start import FRONT_GAP, FRONT_GAP_MAX_SECONDS, INLINE_SECONDS, ClaimStart
 
 T0 = datetime(2026, 12, 3, tzinfo=UTC)
+#: How long a walk from the front takes under a pinned horizon: more than the claimer makes itself.
+COSTLY = 0.5
 
 
 def row(job_id: int, priority: int = 0, second: int = 0) -> ClaimedRow:
@@ -58,7 +60,7 @@ def test_a_front_look_stretched_by_a_stall_delays_the_next_by_ten_seconds_at_mos
     """A look's wall time includes a reconnect's back-off or a pause of the worker."""
     clock = Clock()
     start = ClaimStart(clock)
-    start.claimed(None, 100.0, 0.0, [row(1)], given_back=())
+    start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(1)], given_back=())
     assert start.look_due() is not None
     start.looked(30.0, [])
     clock.now = 100.0 + FRONT_GAP_MAX_SECONDS - 0.001
@@ -69,7 +71,7 @@ def test_a_front_look_stretched_by_a_stall_delays_the_next_by_ten_seconds_at_mos
 
 def test_what_a_look_found_moves_its_prioritys_key_to_just_before_it() -> None:
     start = ClaimStart(Clock())
-    start.claimed(None, 100.0, 0.0, [row(5, second=5)], given_back=())
+    start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(5, second=5)], given_back=())
     assert start.look_due() is not None
     early = ClaimKey(T0 - timedelta(seconds=60), 2)
     assert start.looked(0.01, [(0, early), (7, ClaimKey(T0, 9))])
@@ -79,7 +81,9 @@ def test_what_a_look_found_moves_its_prioritys_key_to_just_before_it() -> None:
 def test_a_key_that_went_back_during_a_look_keeps_its_place() -> None:
     """A job given back during the look may lie before what the look found."""
     start = ClaimStart(Clock())
-    start.claimed(None, 100.0, 0.0, [row(5, second=5), row(6, 3, second=5)], given_back=())
+    start.claimed(
+        None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(5, second=5), row(6, 3, second=5)], given_back=()
+    )
     assert start.look_due() is not None
     start.claimed(start.after(), 100.0, 0.01, [row(7, second=6), row(8, second=7)], given_back={7})
     assert start.looked(0.01, [(0, ClaimKey(T0, 3)), (3, ClaimKey(T0, 4))])
@@ -88,7 +92,7 @@ def test_a_key_that_went_back_during_a_look_keeps_its_place() -> None:
 
 def test_a_key_that_goes_back_before_the_claimer_takes_a_finding_in_keeps_its_place() -> None:
     start = ClaimStart(Clock())
-    start.claimed(None, 100.0, 0.0, [row(5, second=5)], given_back=())
+    start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(5, second=5)], given_back=())
     keys = start.look_due()
     assert keys is not None
     assert start.looked(0.01, [(0, ClaimKey(T0, 3))])
@@ -99,11 +103,45 @@ def test_a_key_that_goes_back_before_the_claimer_takes_a_finding_in_keeps_its_pl
 
 def test_a_claim_from_the_front_makes_the_look_under_way_moot() -> None:
     start = ClaimStart(Clock())
-    start.claimed(None, 100.0, 0.0, [row(5, second=5)], given_back=())
+    start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(5, second=5)], given_back=())
     assert start.look_due() is not None
     start.claimed(None, 100.0, 0.0, [row(9, second=9)], given_back=())
     assert not start.looked(0.01, [(0, ClaimKey(T0, 3))])
     assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=9), 9)}
+
+
+def test_a_cheap_walk_from_the_front_is_the_claimers_own_and_a_costly_one_a_looks() -> None:
+    clock = Clock()
+    start = ClaimStart(clock)
+    start.claimed(None, 100.0, INLINE_SECONDS / 2, [row(1)], given_back=())
+    clock.now = 100.0 + FRONT_GAP * INLINE_SECONDS
+    assert start.look_due() is None
+    assert start.after() is None  # due and cheap: the claimer walks from the front itself
+    start.claimed(None, clock.now, COSTLY, [row(2, second=1)], given_back=())
+    clock.now += FRONT_GAP * COSTLY
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=1), 2)}  # due, costly: not its own
+    assert start.look_due() is not None
+    assert not start.looked(INLINE_SECONDS / 2, [])  # the look found it cheap again
+    clock.now += FRONT_GAP * INLINE_SECONDS
+    assert start.look_due() is None
+    assert start.after() is None
+
+
+def test_a_stuck_look_gives_the_walk_back_to_the_claimer_and_a_failed_one_too() -> None:
+    clock = Clock()
+    start = ClaimStart(clock)
+    start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(1)], given_back=())
+    assert start.look_due() is not None
+    clock.now += FRONT_GAP_MAX_SECONDS
+    assert start.after() is not None
+    clock.now += 0.001
+    assert start.after() is None  # the look's backend hangs: no job waits for it for ever
+    start.claimed(None, clock.now, COSTLY, [row(2, second=1)], given_back=())
+    assert not start.looked(0.2, [(0, ClaimKey(T0, 0))], failed=True)  # moot: a walk since
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=1), 2)}
+    clock.now += FRONT_GAP * COSTLY
+    assert start.look_due() is None  # after a failure the claimer walks itself
+    assert start.after() is None
 
 
 def test_a_job_given_back_stays_after_its_prioritys_key() -> None:
@@ -164,12 +202,13 @@ def test_no_queued_job_is_ever_behind_its_prioritys_key(
             st.integers(0, 6),  # how many of the jobs it can see it takes (a prefix)
             st.lists(st.booleans(), max_size=6),  # which of those go back to the queue
             st.sampled_from(["none", "begin", "end"]),  # a front look begins or ends after the claim
+            st.booleans(),  # a walk from the front costs more than the claimer makes itself
         ),
         max_size=10,
     )
 )
 def test_keys_never_skip_a_job_and_a_look_brings_back_what_lies_before_them(
-    steps: list[tuple[list[int], list[int], bool, int, list[bool], str]],
+    steps: list[tuple[list[int], list[int], bool, int, list[bool], str, bool]],
 ) -> None:
     """Against a model of the claims and the looks (each sees the queue as it was when it
     began, and finds per priority the first job at or before the key it was given): a
@@ -187,7 +226,7 @@ def test_keys_never_skip_a_job_and_a_look_brings_back_what_lies_before_them(
     def visible(keys: dict[int, ClaimKey] | None, r: ClaimedRow) -> bool:
         return keys is None or (r.priority in keys and (r.run_at, r.id) > tuple(keys[r.priority]))
 
-    for new, late, front, taken, back, event in steps:
+    for new, late, front, taken, back, event, costly in steps:
         for priority in new:
             queued.append(row(next_id, priority, second=next_id))
             next_id += 1
@@ -195,15 +234,18 @@ def test_keys_never_skip_a_job_and_a_look_brings_back_what_lies_before_them(
             queued.append(row(next_id, priority, second=-next_id))
             next_id += 1
         keys = None if front else start.after()
+        front = keys is None  # asked for, or the claimer's own walk
         seen = [r for r in queued if keys is not None and visible(keys, r)]
         rows = sorted([r for r in queued if visible(keys, r)], key=lambda r: (-r.priority, r.run_at, r.id))[
             :taken
         ]
         gone = {r.id for r, b in zip(rows, back, strict=False) if b}
         went_back = {r.priority for r in rows if r.id in gone}
-        start.claimed(keys, clock.now, 0.0, rows, given_back=gone)
+        start.claimed(keys, clock.now, COSTLY if costly else 0.0, rows, given_back=gone)
         queued = [r for r in queued if r not in rows or r.id in gone]
         after = start.after()
+        if after is None:  # a walk is due and the claimer makes it: the model's next claim does
+            after = dict(start._keys)
         assert after is not None or not rows
         for r in seen:
             if r in queued and after is not None:
@@ -229,7 +271,7 @@ def test_keys_never_skip_a_job_and_a_look_brings_back_what_lies_before_them(
                 key = keys_sent.get(r.priority)
                 if r.priority not in found and (key is None or (r.run_at, r.id) <= tuple(key)):
                     found[r.priority] = ClaimKey(r.run_at, r.id)
-            start.looked(0.0, found.items())
+            start.looked(COSTLY if costly else 0.0, found.items())
             look = None
             owed = [r for r in snapshot if r in queued and voided is not None and r.priority not in voided]
             after = start.after()
