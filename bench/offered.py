@@ -9,13 +9,14 @@ told otherwise), at 50 %, 100 % and 150 % of the sustainable rate: the
 highest rate at which the pickup latency's p99 stays under ``LIMIT_MS``.
 
 The sustainable rate is searched for first (``search``): from the drain rate
-``Bench.process`` measures with these jobs, a probe of a few seconds at each
-rate ``next_rate`` picks, up by ``STEP`` while probes pass and down while
-they fail, then halving the gap (geometrically) between the highest rate
-that passed and the lowest above it that failed until it is within
-``PRECISION``. A probe passes if its p99 is under ``LIMIT_MS`` and the
-producer offered at least ``REACHED`` of the rate (a rate the bench cannot
-offer is not one the queue was shown to sustain).
+``Bench.process`` measures with these jobs, a probe (as long as a level
+unless ``--probe-seconds`` says otherwise) at each rate ``next_rate`` picks,
+up by ``STEP`` while probes pass and down while they fail, then halving the
+gap (geometrically) between the highest rate that passed and the lowest
+above it that failed until it is within ``PRECISION``. A probe passes if
+its p99 is under ``LIMIT_MS`` and the producer offered at least ``REACHED``
+of the rate (a rate the bench cannot offer is not one the queue was shown to
+sustain).
 
 Each probe and each level is the same run (``offer``): the bench's jobs
 deleted, the load offered for ``WARMUP`` seconds and then for the measured
@@ -187,6 +188,9 @@ def offer(b: Bench, group: WorkerGroup, rate: float, seconds: float) -> dict[str
     b.clear()
     return {
         "rate": rate,
+        # The database's clock (epoch seconds) at the first measured second: each window's
+        # ``t`` counts from here, to be laid beside the server's own logs and monitoring.
+        "origin": start,
         "seconds": end - start,
         "in_per_s": arrived / (end - start),
         "done_per_s": finished / (end - start),
@@ -217,7 +221,8 @@ def run(b: Bench, options: dict[str, Any], step: Callable[[str], None]) -> dict[
     """``--offered-load P[,P...]``: the drain rate and the search (unless ``--rate`` gives the
     sustainable rate), then each level, P % of the sustainable rate, with the same workers."""
     workers, concurrency, prefetch = max(options["workers"]), options["concurrency"][0], options["prefetch"]
-    probe_seconds, level_seconds = options["probe_seconds"], options["level_seconds"]
+    level_seconds = options["level_seconds"]
+    probe_seconds = options["probe_seconds"] or level_seconds
     drain = None
     rate: float | None = options.get("rate")
     probes: list[dict[str, Any]] = []

@@ -259,8 +259,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--probe-seconds",
             type=positive_float,
-            default=10.0,
-            help="Measured seconds of each --offered-load search probe, after 5 s of load (10).",
+            help="Measured seconds of each --offered-load search probe, after 5 s of load "
+            "(default: --level-seconds; a rate that holds for less may not hold for a level).",
         )
         parser.add_argument(
             "--level-seconds",
