@@ -50,14 +50,22 @@ def closes_its_descriptors(ctx, path, seconds):
 def forks_a_helper(pidfile, seconds, leave_the_group=False):
     """Leave a helper process behind (a forked background worker, as multiprocessing's fork
     does); ``leave_the_group``: the helper becomes a session of its own, as a daemon does."""
+    # The pid is published once the helper is what this says (out of the group): on a
+    # loaded machine the helper may not have run at all when the fork returns here.
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(ready_r)
             if leave_the_group:
                 os.setsid()
+            os.close(ready_w)
             time.sleep(seconds)
         finally:
             os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)  # end of file once the helper closed its end
+    os.close(ready_r)
     _publish(pidfile, str(pid))
 
 
