@@ -199,7 +199,7 @@ def offer(b: Bench, group: WorkerGroup, rate: float, seconds: float) -> dict[str
         "left_queued": left,
         "drain_s": drained - end,
         "dead_max": max((s["dead"] for s in during), default=None),
-        "probe_buffers_max": max((s["probe_buffers"] for s in during), default=None),
+        "probe_buffers_max": max((s["probe_buffers"] for s in during if "probe_buffers" in s), default=None),
         "windows": windows(jobs, start, end),
     }
 

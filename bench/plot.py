@@ -149,9 +149,8 @@ def plot_pressure(result: dict[str, Any], path: str) -> None:
     dead.plot([s["t"] for s in samples], [s["dead"] for s in samples], linewidth=0.9, color="C3")
     dead.set_ylim(bottom=0)
     dead.set_ylabel("n_dead_tup\nof leasejobs_job")
-    probe.plot(
-        [s["t"] for s in samples], [s.get("probe_buffers") for s in samples], linewidth=0.9, color="C4"
-    )
+    probed = [s for s in samples if "probe_buffers" in s]
+    probe.plot([s["t"] for s in probed], [s["probe_buffers"] for s in probed], linewidth=0.9, color="C4")
     probe.set_yscale("log")
     probe.set_ylabel("buffers a look at\nthe claim index's\nfront touches")
     sizes.plot(

@@ -65,6 +65,9 @@ RECOVERY_WINDOW = 10
 #: Seconds of load before the clean phase starts (workers and caches warm up).
 WARMUP = 10.0
 
+#: The probe's period, in samples (seconds).
+PROBE_EVERY = 10
+
 SAMPLE = """
 SELECT extract(epoch FROM clock_timestamp())::float8, t.n_dead_tup, t.n_live_tup,
        pg_relation_size(t.relid),
@@ -226,33 +229,41 @@ PRESSURES: dict[str, Callable[[float], contextlib.AbstractContextManager[dict[st
 
 
 @contextlib.contextmanager
-def sampling(every: float = 1.0) -> Iterator[list[dict[str, Any]]]:
-    """Reads ``SAMPLE`` every ``every`` seconds on a connection of its own, from a thread."""
+def sampling(every: float = 1.0, probe_every: int = PROBE_EVERY) -> Iterator[list[dict[str, Any]]]:
+    """Reads ``SAMPLE`` every ``every`` seconds on a connection of its own, from a thread, and
+    ``PROBE`` with every ``probe_every``-th sample (the others carry no probe figures).
+
+    The probe walks the claim index's front as a claim would, and under a pinned
+    horizon that walk is the costly one: every second it took about 15 % of one
+    of the two cores from the run it measures (docs/performance.md).
+    """
     samples: list[dict[str, Any]] = []
     stop = threading.Event()
     conn = connect(f"{CLAIM_SESSION} -c statement_timeout=10s")
 
     def sample() -> None:
         next_at = time.monotonic()
+        count = 0
         while not stop.is_set():
             row = conn.execute(SAMPLE).fetchone()
-            probe = conn.execute(PROBE).fetchone()
-            if row is not None and probe is not None:
-                plan = probe[0][0]
-                samples.append(
-                    {
-                        "at": row[0],
-                        "dead": int(row[1]),
-                        "live": int(row[2]),
-                        "table_bytes": int(row[3]),
-                        "indexes": {name: int(size) for name, size in (row[4] or {}).items()},
-                        "xmin_age": None if row[5] is None else int(row[5]),
-                        "probe_ms": float(plan["Execution Time"]),
-                        "probe_buffers": int(
-                            plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
-                        ),
-                    }
-                )
+            if row is not None:
+                sample = {
+                    "at": row[0],
+                    "dead": int(row[1]),
+                    "live": int(row[2]),
+                    "table_bytes": int(row[3]),
+                    "indexes": {name: int(size) for name, size in (row[4] or {}).items()},
+                    "xmin_age": None if row[5] is None else int(row[5]),
+                }
+                probe = conn.execute(PROBE).fetchone() if count % probe_every == 0 else None
+                if probe is not None:
+                    plan = probe[0][0]
+                    sample["probe_ms"] = float(plan["Execution Time"])
+                    sample["probe_buffers"] = int(
+                        plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
+                    )
+                samples.append(sample)
+            count += 1
             next_at += every
             stop.wait(max(0.0, next_at - time.monotonic()))
 
@@ -400,7 +411,10 @@ def _figures(b: Bench, marks: dict[str, float], samples: list[dict[str, Any]]) -
             "dead_end": last["dead"] if last else None,
             "table_bytes_end": last["table_bytes"] if last else None,
             "indexes_end": last["indexes"] if last else {},
-            "probe_buffers_end": last.get("probe_buffers") if last else None,
+            "probe_buffers_end": next(
+                (s["probe_buffers"] for s in reversed(samples) if "probe_buffers" in s and s["at"] <= end),
+                None,
+            ),
             "xmin_age_max": max(
                 (s["xmin_age"] or 0 for s in samples if start <= s["at"] < end), default=None
             ),
