@@ -26,7 +26,7 @@ QUEUES = ["a", "b", "c"]
 jobs_strategy = st.lists(
     st.tuples(
         st.sampled_from(QUEUES),
-        st.sampled_from([-1, 0, 5]),
+        st.sampled_from([-1, 0, 3, 5, 7]),
         st.sampled_from([-30, -20, -10, 60]),
         st.sampled_from(["queued", "queued", "expired", "held"]),
     ),

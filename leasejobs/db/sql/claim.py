@@ -331,12 +331,34 @@ WITH levels(priority, after_run_at, after_id) AS (
 #: The key bounds each walk as an index condition (a missing key as the end
 #: of time), so a priority with nothing before its key costs a walk to the
 #: key, never through the jobs queued after it.
+#:
+#: Its priorities are those of the worker's keys, and those of queued and
+#: running jobs between and around them (a skip scan that never probes a
+#: priority the worker has a key of): a probe for the highest priority walks
+#: the index from its front just as the look does, so under a pinned horizon
+#: probing a priority with a key walked every entry the pin keeps twice.
 FRONT_LOOK = (
-    _LEVELS
-    + """,
-keys(priority, run_at, id) AS (
+    """
+WITH RECURSIVE keys(priority, run_at, id) AS (
     SELECT * FROM unnest(%(after_priorities)s::smallint[], %(after_run_ats)s::text[]::timestamptz[],
                          %(after_ids)s::bigint[])
+),
+levels(priority) AS (
+    -- Highest first: the next key's priority below, or a priority of queued and
+    -- running jobs between it and the last level, whichever is higher
+    -- (GREATEST skips a NULL: no key, or no job, there).
+    SELECT GREATEST((SELECT max(priority) FROM keys),
+                    (SELECT priority FROM leasejobs_job
+                     WHERE finished_at IS NULL AND priority > COALESCE((SELECT max(priority) FROM keys), -32769)
+                     ORDER BY priority DESC LIMIT 1))
+    UNION ALL
+    SELECT GREATEST(k.below,
+                    (SELECT j.priority FROM leasejobs_job AS j
+                     WHERE j.finished_at IS NULL AND j.priority < l.priority AND j.priority > COALESCE(k.below, -32769)
+                     ORDER BY j.priority DESC LIMIT 1))
+    FROM levels AS l
+    CROSS JOIN LATERAL (SELECT max(priority) AS below FROM keys WHERE priority < l.priority) AS k
+    WHERE l.priority IS NOT NULL
 )
 SELECT c.priority, c.run_at::text, c.id
 FROM levels AS l
