@@ -11,8 +11,9 @@ first step, the first unfinished job in claim order, is run under
 ``EXPLAIN (ANALYZE, BUFFERS)`` on a connection set up as the claim's: once
 from the front of the claim's index, as every claim starts today, and once
 from the key of the last job claimed (``(run_at, id)`` after it, within the
-priority). Prints both, as JSON: buffers touched and milliseconds, the third
-of three runs of each.
+priority). Then the worker's front look (``FRONT_LOOK``, which walks from
+the front to that key). Prints the three, as JSON: buffers touched and
+milliseconds, the third of three runs of each.
 
 The ``WHERE`` names ``status`` and ``finished_at IS NULL`` both, so the look
 stays on the claim's index whichever predicate it has (``bench/pressure.py``'s
@@ -25,9 +26,11 @@ from typing import Any
 
 import psycopg
 
+from leasejobs.db.sql.claim import FRONT_LOOK
+
 QUEUE = "pinned-front"
 #: The claim connection's settings that matter here (``leasejobs.db.store.CLAIM_SETTINGS``).
-CLAIM_OPTIONS = "-c enable_seqscan=off -c enable_bitmapscan=off"
+CLAIM_OPTIONS = "-c enable_seqscan=off -c enable_bitmapscan=off -c jit=off"
 
 FRONT = """
 SELECT id FROM leasejobs_job WHERE status IN ('queued', 'running') AND finished_at IS NULL
@@ -69,6 +72,17 @@ def look(conn: psycopg.Connection[Any], query: str, params: list[Any] | None = N
     }
 
 
+def look_params(run_at: Any, job_id: int) -> dict[str, Any]:
+    """``FRONT_LOOK``'s parameters for a worker whose one key (priority 0) is this job."""
+    return {
+        "after_priorities": [0],
+        "after_run_ats": [str(run_at)],
+        "after_ids": [job_id],
+        "queues": [QUEUE],
+        "job_id": None,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
@@ -102,6 +116,7 @@ def main() -> None:
                 "finished_while_pinned": args.finished,
                 "from_the_front": look(claim, FRONT),
                 "from_the_last_claimed_key": look(claim, FROM_KEY, list(last)),
+                "front_look": look(claim, FRONT_LOOK, look_params(*last)),
             }
         finally:
             pin.execute("ROLLBACK")
