@@ -14,11 +14,16 @@ from django.utils import timezone
 
 from leasejobs.db import sql
 from leasejobs.db.connection import connection_params
-from leasejobs.db.store import CLAIM_SETTINGS, ClaimKey, claim_params
+from leasejobs.db.store import CLAIM_SETTINGS, ClaimKey, claim_params, key_params
 from leasejobs.models import Job
 from tests.helpers import wait_until
 from tests.testapp.tasks import record
 from tests.unit.test_claim_queues import _claim_ids, _insert
+
+#: The first unfinished job in claim order: one walk from the claim index's front.
+ONE_WALK = """
+SELECT id FROM leasejobs_job WHERE finished_at IS NULL ORDER BY priority DESC, run_at, id LIMIT 1
+"""
 
 
 def _buffers(statement: str, params: dict[str, Any]) -> int:
@@ -65,7 +70,9 @@ def test_a_claim_from_its_keys_does_not_walk_the_jobs_finished_under_a_pinned_ho
     """A session holds an xid while 20,000 jobs are claimed and finished: none of their
     dead index entries can go, and they sit at the claim index's front. A claim from the
     front visits each (thousands of buffers, growing with the pressure's age); a claim
-    from the last key a worker kept passes none of them, and takes the same jobs."""
+    from the last key a worker kept passes none of them, and takes the same jobs. The
+    front look, which must walk them, walks them once: the priority of its key is not
+    probed from the front first (it was, until 5 December: twice the buffers)."""
     due = [_insert("default", 0, -1) for _ in range(3)]
     with (
         psycopg.connect(**connection_params(), autocommit=True) as conn,
@@ -112,6 +119,11 @@ def test_a_claim_from_its_keys_does_not_walk_the_jobs_finished_under_a_pinned_ho
         front_buffers, after_buffers = _buffers(sql.CLAIM, front), _buffers(sql.CLAIM_AFTER, after)
         assert front_buffers > 5000, front_buffers
         assert after_buffers < 100, after_buffers
+        one_walk = _buffers(ONE_WALK, {})
+        look = {**key_params({0: ClaimKey(run_at, last)}), "queues": None, "job_id": None}
+        look_buffers = _buffers(sql.FRONT_LOOK, look)
+        assert one_walk > 5000, one_walk
+        assert look_buffers < 1.2 * one_walk, (look_buffers, one_walk)
         options = " ".join(f"-c {name}={value}" for name, value in CLAIM_SETTINGS.items())
         with psycopg.connect(**connection_params(), options=options) as claim:
             assert [r[0] for r in claim.execute(sql.CLAIM_AFTER, after).fetchall()] == due
