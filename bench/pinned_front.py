@@ -59,7 +59,9 @@ WHERE queue = %s AND id >= %s AND id < %s
 """
 
 
-def look(conn: psycopg.Connection[Any], query: str, params: list[Any] | None = None) -> dict[str, float]:
+def look(
+    conn: psycopg.Connection[Any], query: str, params: list[Any] | dict[str, Any] | None = None
+) -> dict[str, float]:
     """Buffers and milliseconds of ``query``, the third of three runs (hint bits set by then)."""
     plan: dict[str, Any] = {}
     for _ in range(3):

@@ -313,30 +313,19 @@ WITH levels(priority, after_run_at, after_id) AS (
           AND (run_at, id) > (l.after_run_at, l.after_id)""",
 )
 
-#: The look from the front that a claim from the keys cannot make: for each
-#: priority of queued and running jobs, the first job a plain claim could
-#: take now that lies at or before this worker's key of that priority (every
-#: such job of a priority it has no key of). Nothing is locked or written.
+#: The look from the front that a claim from the keys cannot make: per
+#: priority, the first job a plain claim could take now at or before this
+#: worker's key (any, without a key); nothing locked or written. Such a job
+#: is one ``CLAIM_AFTER`` walks past (an expired lease, a job given back by
+#: another worker, one enqueued with an earlier ``run_at`` or committed long
+#: after its statement); the worker moves its key to just before it. It runs
+#: on a connection and thread of its own (``leasejobs.worker.front_look``):
+#: under a pinned xmin horizon it walks every entry the pin keeps, for
+#: seconds, and claims that waited for it left arriving jobs to other workers.
 #:
-#: A job due before a key is one ``CLAIM_AFTER`` walks past: an expired
-#: lease, a job another worker gave back, one enqueued with an earlier
-#: ``run_at`` or committed long after its statement. The worker moves the
-#: key of each priority found to just before the job, and its next claim
-#: takes it. The look runs on a connection and a thread of its own
-#: (``leasejobs.worker.front_look``): while the xmin horizon is pinned it
-#: walks every index entry the pin keeps, which took seconds, and a claim
-#: made to wait for that walk (as ``CLAIM`` from the front was, now and then)
-#: left the jobs arriving meanwhile to the other workers.
-#:
-#: The key bounds each walk as an index condition (a missing key as the end
-#: of time), so a priority with nothing before its key costs a walk to the
-#: key, never through the jobs queued after it.
-#:
-#: Its priorities are those of the worker's keys, and those of queued and
-#: running jobs between and around them (a skip scan that never probes a
-#: priority the worker has a key of): a probe for the highest priority walks
-#: the index from its front just as the look does, so under a pinned horizon
-#: probing a priority with a key walked every entry the pin keeps twice.
+#: Each walk is bounded by its key (a missing key: the end of time). Its
+#: priorities are the keys' and those of jobs between and around them: a
+#: keyed priority probed from the front too walked a pin's entries twice.
 FRONT_LOOK = (
     """
 WITH RECURSIVE keys(priority, run_at, id) AS (
@@ -344,18 +333,13 @@ WITH RECURSIVE keys(priority, run_at, id) AS (
                          %(after_ids)s::bigint[])
 ),
 levels(priority) AS (
-    -- Highest first: the next key's priority below, or a priority of queued and
-    -- running jobs between it and the last level, whichever is higher
-    -- (GREATEST skips a NULL: no key, or no job, there).
-    SELECT GREATEST((SELECT max(priority) FROM keys),
-                    (SELECT priority FROM leasejobs_job
-                     WHERE finished_at IS NULL AND priority > COALESCE((SELECT max(priority) FROM keys), -32769)
-                     ORDER BY priority DESC LIMIT 1))
+    -- Down from above every priority: the next key's, or a job's above it (GREATEST skips NULL).
+    SELECT 32768
     UNION ALL
-    SELECT GREATEST(k.below,
-                    (SELECT j.priority FROM leasejobs_job AS j
-                     WHERE j.finished_at IS NULL AND j.priority < l.priority AND j.priority > COALESCE(k.below, -32769)
-                     ORDER BY j.priority DESC LIMIT 1))
+    SELECT GREATEST(k.below, (SELECT j.priority FROM leasejobs_job AS j
+                              WHERE j.finished_at IS NULL AND j.priority < l.priority
+                                AND j.priority > COALESCE(k.below, -32769)
+                              ORDER BY j.priority DESC LIMIT 1))
     FROM levels AS l
     CROSS JOIN LATERAL (SELECT max(priority) AS below FROM keys WHERE priority < l.priority) AS k
     WHERE l.priority IS NOT NULL
@@ -372,7 +356,7 @@ CROSS JOIN LATERAL (
     + """
     LIMIT 1
 ) AS c
-WHERE l.priority IS NOT NULL
+WHERE l.priority < 32768
 ORDER BY c.priority DESC
 """
 )
