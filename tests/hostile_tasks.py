@@ -101,6 +101,11 @@ def quick(n):
 
 
 @task(max_attempts=1)
+def quiet(n):
+    """Returns None: the outcome a child keeps in its slot rather than send at once."""
+
+
+@task(max_attempts=1)
 def dies():
     os._exit(1)
 

@@ -16,10 +16,14 @@ flags say so; once it has ended, the child reports it and leaves, since a
 body interrupted mid-way may have left its process in any state. If it does
 not end within the worker's grace, the worker has it killed.
 
-Each body's report is sent before the next body starts (a body that kills
-the process must not take its neighbours' outcomes with it); the child
-looks for news from the worker (a revoke, a stop) at least every
-``REPORT_LINGER_SECONDS`` while it works through its jobs.
+A body that kills the process must not take its neighbours' outcomes with
+it, so each body's outcome is safe before the next body starts: a plainly
+done body (it returned None) is kept in the child's slot, which the worker
+reads if the child dies (``SlotTable.keep_done``); any other report is sent
+at once. The child sends what it keeps, and looks for news from the worker
+(a revoke, a stop), at least every ``REPORT_LINGER_SECONDS`` while it works
+through its jobs, and whenever it runs out of jobs: one write to the
+socket per millisecond of bodies, not one per body.
 """
 
 import contextlib
@@ -57,6 +61,7 @@ from leasejobs.worker.messages import (
 from leasejobs.worker.slots import (
     BLOCK_ROW_LOCKED,
     BLOCK_WITH_PLACES,
+    KEPT_RING,
     LEASE_LOST,
     NO_BLOCK,
     STOPPED,
@@ -66,7 +71,8 @@ from leasejobs.worker.slots import (
 
 logger = logging.getLogger("leasejobs.worker")
 
-#: How often a child looks for news from the worker while it works through its jobs.
+#: How often a child sends what it kept and looks for news from the worker while it
+#: works through its jobs.
 REPORT_LINGER_SECONDS = 0.001
 
 #: How often a child measures its memory (``--max-memory-per-child``).
@@ -151,6 +157,10 @@ class Child:
         self.stopping = False
         self.ran = 0
         self._reports: list[Ended] = []
+        #: Of ``_reports``, how many are kept in the slot; whether one is not (it must be
+        #: sent before the next body starts).
+        self._kept = 0
+        self._unkept = False
         self._unstarted: list[int] = []
         self._looked_at = 0.0
         self._in_body = False
@@ -183,9 +193,11 @@ class Child:
                     self.revoked.discard(job.seq)
                     self._unstarted.append(job.seq)
                     continue
-                # What ended before is reported before another body starts: a body that
-                # kills this process must not take its neighbours' outcomes with it.
-                self._flush()
+                # What ended before is safe before another body starts (kept in the slot,
+                # or sent): a body that kills this process must not take its neighbours'
+                # outcomes with it.
+                if self._unkept or self._unstarted:
+                    self._flush()
                 try:
                     ended, stopped = self._run_one(job)
                 except BodyStopped:  # landed just outside the body: it has ended all the same
@@ -196,6 +208,7 @@ class Child:
                     return self._leave(why)
                 if time.monotonic() - self._looked_at >= REPORT_LINGER_SECONDS:
                     self._looked_at = time.monotonic()
+                    self._flush()
                     more = self.channel.receive(wait=False)
                     if more is None:
                         return 0
@@ -226,11 +239,23 @@ class Child:
 
     def _report(self, ended: Ended) -> None:
         self._reports.append(ended)
+        if (
+            ended.outcome is outcomes.DONE
+            and not ended.stale_writes
+            and not ended.strays
+            and self._kept < KEPT_RING
+        ):
+            self.slots.keep_done(self.index, ended.seq, ended.seconds)
+            self._kept += 1
+        else:
+            self._unkept = True
 
     def _flush(self) -> None:
         if self._reports:
             self.channel.send(ended_message(self._reports))
             self._reports = []
+            self._kept = 0
+            self._unkept = False
         if self._unstarted:
             self.channel.send((UNSTARTED, self._unstarted))
             self._unstarted = []

@@ -10,10 +10,11 @@ What each event does to a held job (``HeldJobs`` phases):
   waited): given to another child, since its run is counted and its lease
   held; when the worker is stopping, given back with its run refunded; with
   a cancel pending, ended as cancelled;
-- a child died: each job it had started and not reported ended with the
-  death (``ProcessDied``, naming the signal), unless the zygote killed it
-  for outliving its lease (then the lease is lost: nothing to write); the
-  jobs it had not started go to another child.
+- a child died: a job whose body it kept as done in its slot is done (the
+  report had not been sent); each other job it had started and not
+  reported ended with the death (``ProcessDied``, naming the signal),
+  unless the zygote killed it for outliving its lease (then the lease is
+  lost: nothing to write); the jobs it had not started go to another child.
 
 An attempt is thus reported ended only once its body has stopped, and a
 place under a limit, freed by the finish, only once its body is dead.
@@ -186,8 +187,12 @@ class ChildReports(BodyStopping):
             self._stopped(job, started=True, seconds=None)
         child.ending_with_it.clear()
         started = self.slots[child.index].started
+        kept = self.slots.kept(child.index)
         for seq, job in list(child.outstanding.items()):
             del child.outstanding[seq]
+            if seq in kept:
+                self._ended(job, Ended(seq, outcomes.DONE, kept[seq], True))
+                continue
             if seq > started:
                 self._unstarted(job)
                 continue

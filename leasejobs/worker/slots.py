@@ -13,6 +13,11 @@ SIGKILLed would be held forever):
   (monotonic) and ``block`` (inside a side-effect block: 1 when the job holds
   no place under a limit, so its locked row protects it; 2 when it does),
   ``block_seq``/``block_deadline`` (the lease a side-effect block renewed);
+- the child also keeps in ``kept_seq``/``kept_seconds`` (a ring of
+  ``KEPT_RING`` entries, ``kept_count`` written last) the bodies that ended
+  plainly done whose report it has not sent yet: it sends reports once a
+  millisecond rather than one write per body, and a neighbour that kills
+  the process must not take those outcomes with it (``kept``);
 - the supervisor writes ``deadline`` (monotonic time until which every lease
   of the jobs it gave this body surely holds, 0: no limit) and ``flag_seq``/
   ``flags`` (lease lost, cancel requested, timed out: for the job with that
@@ -43,6 +48,10 @@ BLOCK_ROW_LOCKED = 1
 BLOCK_WITH_PLACES = 2
 
 
+#: How many plainly done bodies a child keeps in its slot before it must send their reports.
+KEPT_RING = 64
+
+
 class Slot(ctypes.Structure):
     _fields_ = [
         ("running", ctypes.c_int64),
@@ -54,6 +63,9 @@ class Slot(ctypes.Structure):
         ("deadline", ctypes.c_double),
         ("flag_seq", ctypes.c_int64),
         ("flags", ctypes.c_int64),
+        ("kept_count", ctypes.c_int64),
+        ("kept_seq", ctypes.c_int64 * KEPT_RING),
+        ("kept_seconds", ctypes.c_double * KEPT_RING),
     ]
 
 
@@ -114,6 +126,28 @@ class SlotTable:
         flag_seq = slot.flag_seq
         flags = slot.flags
         return flags if flag_seq == seq and slot.flag_seq == seq else 0
+
+    def keep_done(self, index: int, seq: int, seconds: float) -> None:
+        """Keep the job ``seq`` as plainly done in ``seconds`` (the child; its report is not sent
+        yet). The entry is written before the count that makes it one: a child killed
+        between the two has kept nothing."""
+        slot = self._slots[index]
+        count = slot.kept_count
+        slot.kept_seq[count % KEPT_RING] = seq
+        slot.kept_seconds[count % KEPT_RING] = seconds
+        slot.kept_count = count + 1
+
+    # -- read by the supervisor once the child is dead ----------------------------
+
+    def kept(self, index: int) -> dict[int, float]:
+        """The last ``KEPT_RING`` jobs the slot's child kept as plainly done, with their bodies'
+        seconds (read once the child is dead: nothing writes them any more)."""
+        slot = self._slots[index]
+        count = slot.kept_count
+        return {
+            slot.kept_seq[i % KEPT_RING]: slot.kept_seconds[i % KEPT_RING]
+            for i in range(max(0, count - KEPT_RING), count)
+        }
 
     # -- read by the zygote -----------------------------------------------------
 

@@ -34,6 +34,7 @@ from tests.hostile_tasks import (
     leaves_a_transaction_open,
     long_block,
     quick,
+    quiet,
     raises_body_stopped,
     raises_lease_lost,
     returns_big,
@@ -252,18 +253,21 @@ def test_a_side_effect_block_longer_than_the_lease_commits_on_a_healthy_worker(w
 # -- a neighbour's death loses a finished body's outcome ---------------------------------------
 
 
-def test_a_body_that_kills_its_process_fails_only_its_own_job(worker):
+@pytest.mark.parametrize("healthy", [quick, quiet], ids=["returning a value", "returning None"])
+def test_a_body_that_kills_its_process_fails_only_its_own_job(worker, healthy):
     """Fast jobs (``max_attempts=1``) with a few that ``os._exit`` their process among them.
 
     docs/worker.md: a body that kills its process ends *its* attempt with ``ProcessDied``.
     But a child reports finished bodies in batches (``REPORT_LINGER_SECONDS``) and goes on
     to the next job it holds; when that next body kills the process, the reports not yet
-    flushed die with it, and the worker fails those jobs too, with "ProcessDied ... after
+    sent die with it, and the worker fails those jobs too, with "ProcessDied ... after
     its body returned": healthy bodies that returned their value, failed for a neighbour.
+    A body returning a value is reported before the next starts; one returning None is
+    kept in the child's slot, where the worker must find it once the child is dead.
     """
     jobs = []
     for i in range(40):
-        jobs += quick.bulk_enqueue([((n,), {}) for n in range(20)])
+        jobs += healthy.bulk_enqueue([((n,), {}) for n in range(20)])
         jobs.append(dies.enqueue())
         del i
     killers = {j.id for j in jobs if j.task_name == dies.name}
