@@ -5,8 +5,10 @@ claimed (``assign``): each goes to the child with the least estimated work,
 within ``rules.child_budget``; the heartbeat moves each child's watchdog
 deadline on when leases are renewed. This module holds the state every part
 of the pool shares (the children, the backlog, the jobs to give back, the
-measured durations) and the rules that place a job; it sends nothing: the
-pool thread does (``leasejobs.worker.pool``).
+measured durations) and the rules that place a job. The claimer sends the
+jobs it placed at once (``_send``: a job's start waits for no thread hop);
+the pool thread sends the rest and writes what a full socket left waiting
+(``leasejobs.worker.pool``).
 """
 
 import contextlib
@@ -22,6 +24,7 @@ from leasejobs.worker import rules
 from leasejobs.worker.childstate import ChildState
 from leasejobs.worker.events import Events
 from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.messages import run_message
 from leasejobs.worker.slots import SlotTable
 from leasejobs.worker.zygote import Zygote
 
@@ -189,7 +192,8 @@ class JobAssignment:
                     self.mean_duration = rules.mean_duration(self.mean_duration, job.estimate)
                 for child in ready:
                     self._set_deadline(child)
-        self._wake()
+                    self._send(child)
+        self._wake()  # the pool thread writes what a full socket did not take, and looks at bodies
         return overflow
 
     def _placements(
@@ -221,8 +225,15 @@ class JobAssignment:
         self._hand(child, job)
         self._set_deadline(child)
 
+    def _send(self, child: ChildState) -> None:
+        """Send ``child`` the jobs handed to it (what its socket does not take now waits in
+        its channel for the pool thread); lock held."""
+        if child.to_send and child.pid:
+            child.channel.send(run_message(child.to_send))
+            child.to_send = []
+
     def _hand(self, child: ChildState, job: HeldJob) -> None:
-        """``job`` is ``child``'s now, to be sent with the pool thread's next look; lock held."""
+        """``job`` is ``child``'s now, to be sent by ``_send``; lock held."""
         child.next_seq += 1
         job.child, job.seq = child.index, child.next_seq
         child.outstanding[job.seq] = job

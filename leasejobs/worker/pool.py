@@ -25,7 +25,7 @@ import time
 from leasejobs.worker.channel import Channel
 from leasejobs.worker.childstate import ChildState
 from leasejobs.worker.held import HeldJob, facts_of
-from leasejobs.worker.messages import STOP, run_message
+from leasejobs.worker.messages import STOP
 from leasejobs.worker.reports import ChildReports
 
 __all__ = [
@@ -155,8 +155,7 @@ class Pool(ChildReports):
             self._give(self._backlog.popleft())  # what still does not fit goes back to the end
         for child in self._children:
             if child.to_send and child.pid:
-                child.channel.send(run_message(child.to_send))
-                child.to_send = []
+                self._send(child)
             elif child.channel.pending:
                 child.channel.flush()
             writing = bool(child.channel.pending)
