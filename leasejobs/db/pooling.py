@@ -59,6 +59,8 @@ class ConnectionPlan:
     pooled: bool
     listen: dict[str, Any] | None
     description: str
+    #: LISTEN reaches the queue's database itself, directly: claims may run on it too.
+    listen_claims: bool = False
 
 
 def plan() -> ConnectionPlan:
@@ -89,7 +91,7 @@ def plan() -> ConnectionPlan:
 
 def direct() -> ConnectionPlan:
     """No pooler: every connection, LISTEN's too, goes to the queue's database."""
-    return ConnectionPlan(False, connection_params(), "pooler=none wakeups=LISTEN")
+    return ConnectionPlan(False, connection_params(), "pooler=none wakeups=LISTEN", listen_claims=True)
 
 
 def _mode(pooled: bool) -> str:

@@ -336,6 +336,7 @@ class WorkerStore:
         limited: bool = False,
         max_bytes: int | None = None,
         after: Mapping[int, ClaimKey] | None = None,
+        via: WorkerConnection | None = None,
     ) -> list[ClaimedRow]:
         """Claim up to ``limit`` jobs; the first ``counted`` count their run now.
 
@@ -343,6 +344,8 @@ class WorkerStore:
         (``CLAIM_LIMITED``), instead of the plain jobs (``CLAIM``).
         ``max_bytes``: see ``claim_params``. ``after``: walk each of these
         priorities on from its key (``CLAIM_AFTER``), not from the front.
+        ``via``: a connection set up with ``CLAIM_SETTINGS`` to claim on (the
+        listener's, ``leasejobs.worker.listener``) instead of the claim connection.
         """
         params = claim_params(
             limit=limit,
@@ -359,7 +362,7 @@ class WorkerStore:
             statement = sql.CLAIM_LIMITED
         else:
             statement = sql.CLAIM_AFTER if after else sql.CLAIM
-        rows = self._claim.execute(statement, params)
+        rows = (via or self._claim).execute(statement, params)
         return [ClaimedRow._make(row) for row in rows]
 
     def limits_apply(self, queues: list[str] | None) -> tuple[list[str], bool]:

@@ -9,7 +9,12 @@ record, and a worker killed from outside leaves at most the jobs its
 children had not reached counted and unstarted (docs/guarantees.md). The
 claim keeps the arguments it takes in memory under ``PREFETCH_BYTES``.
 It claims again when a NOTIFY arrives, a child runs low, or the poll
-interval passes; each claim starts where its last one stopped
+interval passes. A NOTIFY that finds this loop waiting is claimed for in
+the listener's thread itself (``notified``), on the listen connection when
+the listener hands it over: waking this thread for it cost a median 155 µs
+of a job's 2 ms from enqueue to start, and waking the claim connection's
+sleeping server process more (docs/performance.md, "Latency"). The two
+threads never claim at once (``_turn``); each claim starts where its last one stopped
 (``ClaimStart``), and the front look's thread finds what lies before
 (``FrontLook``, which the claim asks for when one is due).
 
@@ -25,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from leasejobs import conf
-from leasejobs.db.connection import CONNECTION_ERRORS
+from leasejobs.db.connection import CONNECTION_ERRORS, WorkerConnection
 from leasejobs.db.rows import effective_lease
 from leasejobs.db.store import Attempt, ClaimedRow, ClaimKey, WorkerStore, max_row_bytes
 from leasejobs.jobs import registry
@@ -74,6 +79,10 @@ class Claimer:
         }
         self._tasks: dict[str, tuple[Task | None, float]] = {}
         self.wake = threading.Event()
+        #: Held by whichever thread claims: this loop, between its waits, or the listener's.
+        self._turn = threading.Lock()
+        #: The loop's stop (set by ``run``): the listener's thread claims nothing once it is set.
+        self._stopping: threading.Event | None = None
         self.limits = LimitGate(store, options.queues, poll_interval)
         #: The last claim took more than the children had room for.
         self._gave_back = False
@@ -82,31 +91,71 @@ class Claimer:
         #: and stops its thread).
         self.front: FrontLook | None = None
 
-    def notified(self, queue: str | None) -> None:
-        """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected)."""
+    def notified(self, queue: str | None, via: WorkerConnection | None = None) -> None:
+        """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected).
+
+        When the claim loop is waiting, the listener's thread claims at once (a
+        plain claim: news of a limited queue, ``--burst`` and ``--max-jobs`` are
+        the loop's), on ``via`` if given, else on the claim connection;
+        otherwise, or when the claim filled the room (more may be ready), it
+        wakes the loop.
+        """
         self.limits.notified(queue)
+        if (
+            queue is not None
+            and not self.limits.active
+            and not self.options.burst
+            and self.options.max_jobs is None
+            and self._stopping is not None
+            and self._turn.acquire(blocking=False)
+        ):
+            try:
+                if not self._stopping.is_set() and self._claim_for_notify(via):
+                    return
+            finally:
+                self._turn.release()
         self.wake.set()
+
+    def _claim_for_notify(self, via: WorkerConnection | None) -> bool:
+        """A claim in the listener's thread; whether it is all the loop needed (False: wake it)."""
+        room = self._room()
+        if room <= 0:
+            return True  # the children are full: their reports wake the loop
+        try:
+            got = self.claim(room, via=via)
+        except CONNECTION_ERRORS as exc:
+            self.events.claim_failed(exc)
+            return False
+        return got < room or self._gave_back
 
     def run(self, stopping: threading.Event) -> None:
         """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
+        self._stopping = stopping
+        while True:
+            with self._turn:
+                if not self._one_turn(stopping):
+                    return
+            self.wake.wait(self.poll_interval)
+
+    def _one_turn(self, stopping: threading.Event) -> bool:
+        """Claim until there is nothing more to do now (the claim loop's, ``_turn`` held);
+        False: the loop ends."""
         o = self.options
-        poll = self.poll_interval
         while True:
             # Cleared before the look at ``stopping``: a stop (or a NOTIFY) that lands
-            # after this wakes the wait below instead of being cleared unseen.
+            # after this wakes the wait that follows instead of being cleared unseen.
             self.wake.clear()
             if stopping.is_set():
-                return
+                return False
             if o.max_jobs is not None and self.held.claimed >= o.max_jobs:
                 self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
-                return
+                return False
             try:
                 if self.limits.refresh() and self.limits.due():
                     self.claim_limited()
             except CONNECTION_ERRORS as exc:
                 self.events.claim_failed(exc)
-                self.wake.wait(poll)
-                continue
+                return True
             room = self._room()
             if room > 0:
                 # --burst ends on a claim that finds nothing while nothing is held, looked at
@@ -120,16 +169,15 @@ class Claimer:
                         got = self.claim_limited()
                 except CONNECTION_ERRORS as exc:
                     self.events.claim_failed(exc)
-                    self.wake.wait(poll)
-                    continue
+                    return True
                 if got == 0 and idle:
                     if self._retries_keep_it(stopping):
                         continue
                     self.events.exiting("no job ready: --burst")
-                    return
+                    return False
                 if got == room and not self._gave_back:
                     continue  # more may be ready; claim again as soon as there is room
-            self.wake.wait(poll)
+            return True
 
     def _retries_keep_it(self, stopping: threading.Event) -> bool:
         """``--burst`` found nothing ready: say what waits for later; with ``--wait-for-retries``
@@ -175,15 +223,16 @@ class Claimer:
         self.limits.claimed(len(rows), room)
         return self._hold(rows, seconds)
 
-    def claim(self, limit: int, *, front: bool = False) -> int:
+    def claim(self, limit: int, *, front: bool = False, via: WorkerConnection | None = None) -> int:
         """Claim up to ``limit`` jobs and hand them to the children; returns the rows claimed.
 
         The claim starts after this worker's last keys, or at the front of the claim
         index when it has none (``ClaimStart``; ``front``: at the front now); then it
-        asks for a front look if one is due."""
+        asks for a front look if one is due. ``via``: the connection to claim on (the
+        listener's), instead of the claim connection."""
         after = self.start.after(front=front)
         began = time.monotonic()
-        rows, seconds = self._timed_claim(limit, max_bytes=max(1, self._bytes_left()), after=after)
+        rows, seconds = self._timed_claim(limit, max_bytes=max(1, self._bytes_left()), after=after, via=via)
         given_back: set[int] = set()
         got = self._hold(rows, seconds, given_back)
         self.start.claimed(after, began, seconds, rows, given_back)
@@ -198,6 +247,7 @@ class Claimer:
         limited: bool = False,
         max_bytes: int | None = None,
         after: dict[int, ClaimKey] | None = None,
+        via: WorkerConnection | None = None,
     ) -> tuple[list[ClaimedRow], float]:
         """Claim up to ``limit`` jobs, each counting its run; the rows, and how long the claim took
         (the leases run from before it was sent)."""
@@ -211,6 +261,7 @@ class Claimer:
             limited=limited,
             max_bytes=max_bytes,
             after=after,
+            via=via,
         )
         return rows, time.perf_counter() - began
 

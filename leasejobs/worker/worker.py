@@ -196,6 +196,7 @@ class Worker:
                     self.claimer.notified,
                     self._done,
                     self.events,
+                    claims=self.plan.listen_claims,
                 ),
                 "leasejobs-listener",
             )

@@ -305,6 +305,40 @@ def test_no_job_is_claimed_twice_by_three_workers_of_four_threads(start_worker):
     assert all(w.count(r"claimed job=") > 0 for w in workers)  # all three took part
 
 
+def test_jobs_enqueued_one_by_one_to_an_idle_worker_each_run_once(start_worker):
+    """A NOTIFY that finds the claim loop waiting is claimed for in the listener's thread, on
+    the listen connection, while the claim loop claims too (on a child's report, at the poll):
+    the two never claim at once, so no job runs twice and none is left behind."""
+    from django.db import connection
+
+    worker = start_worker("--concurrency", "2", "--worker-id", "one-by-one")
+
+    def listening() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT query FROM pg_stat_activity WHERE application_name = %s",
+                ["leasejobs listen one-by-one"],
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    wait_until(lambda: any(q.startswith("LISTEN") for q in listening()), timeout=20, what="the worker listens")
+    jobs = []
+    for i in range(300):
+        jobs.append(record.enqueue(i))
+        if i % 3 == 0:
+            time.sleep(0.005)  # now and then an idle worker, now and then a busy one
+    ids = [job.id for job in jobs]
+    wait_until(
+        lambda: Job.objects.filter(id__in=ids, status="done").count() == len(ids),
+        timeout=60,
+        what="every job done",
+    )
+    assert BodyRun.objects.filter(job_id__in=ids).count() == len(ids), worker.log()[-2000:]
+    assert not BodyRun.objects.values("job_id").annotate(n=Count("id")).filter(n__gt=1).exists()
+    # The listen connection's last statement was a claim, not its LISTEN.
+    assert [q.lstrip()[:4] for q in listening()] == ["WITH"], listening()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

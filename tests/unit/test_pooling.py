@@ -126,7 +126,7 @@ def test_the_listener_goes_on_through_a_pooler_the_probe_missed(db):
 
         def run() -> None:
             try:
-                listen(params, "leasejobs", "rr", None, wakes.append, done, Events("rr"))
+                listen(params, "leasejobs", "rr", None, lambda q, via: wakes.append(q), done, Events("rr"))
             except BaseException as exc:
                 died.append(exc)
 
@@ -164,7 +164,15 @@ def test_the_listener_outlives_a_prepared_statement_gone_and_listens_again(db, m
 
     def run() -> None:
         try:
-            listen(connection_params(), "leasejobs", "ps", None, wakes.append, done, Events("ps"))
+            listen(
+                connection_params(),
+                "leasejobs",
+                "ps",
+                None,
+                lambda q, via: wakes.append(q),
+                done,
+                Events("ps"),
+            )
         except BaseException as exc:
             died.append(exc)
 
