@@ -431,6 +431,54 @@ def leasejobs_defaults(args: argparse.Namespace) -> tuple[dict[str, float], dict
     return rates, {f["log_level"]: f.get("database") for f in results["processing"]}
 
 
+def latency_ab(args: argparse.Namespace, base: str) -> dict[str, Any]:
+    """Idle enqueue-to-start latency of leasejobs (``runworker``'s defaults, one process) and
+    PgQueuer (its default, one process), alternating, ``--latency-ab`` rounds.
+
+    A few hundred jobs at 20 a second measure mostly how fast an idle machine
+    wakes its processes, which drifts by half a millisecond within minutes
+    here: only rounds taken back to back compare the two.
+    """
+    dsn = peer_dsn(base, "pgqueuer")
+    recreate_database(base, dsn)
+    pgqueuer = PgQueuerBench(dsn)
+    jobs, rate = args.latency_jobs or 200, args.latency_rate
+    rounds: list[dict[str, Any]] = []
+    for i in range(args.latency_ab):
+        print(f"... round {i + 1} of {args.latency_ab}: leasejobs, then PgQueuer", file=sys.stderr)
+        ours = run_leasejobs_bench(
+            args,
+            "--jobs",
+            "0",
+            "--enqueue-jobs",
+            "0",
+            "--latency-jobs",
+            str(jobs),
+            "--latency-rate",
+            str(rate),
+        )["latency_ms"]
+        peer = pgqueuer.latency(jobs, rate, ["--batch-size", "10"])
+        rounds.append({"leasejobs": ours, "pgqueuer": peer})
+    print(
+        f"\nidle enqueue-to-start latency, {jobs} jobs at {rate:g}/s per run, one process each, alternating\n"
+    )
+    print("round  leasejobs p50 / p95 / p99 ms  PgQueuer p50 / p95 / p99 ms  p50 ratio")
+    ratios = []
+    for i, r in enumerate(rounds, 1):
+        a, b = r["leasejobs"], r["pgqueuer"]
+        ratios.append(a["p50"] / b["p50"])
+        print(
+            f"{i:>5}  {a['p50']:>12.2f} / {a['p95']:.2f} / {a['p99']:.2f}"
+            f"  {b['p50']:>11.2f} / {b['p95']:.2f} / {b['p99']:.2f}  {ratios[-1]:>9.2f}"
+        )
+    medians = {q: statistics.median(r[q]["p50"] for r in rounds) for q in ("leasejobs", "pgqueuer")}
+    print(
+        f"\nmedian p50: leasejobs {medians['leasejobs']:.2f} ms, PgQueuer {medians['pgqueuer']:.2f} ms;"
+        f" median ratio {statistics.median(ratios):.2f}"
+    )
+    return {"jobs": jobs, "rate": rate, "rounds": rounds}
+
+
 def ab_defaults(args: argparse.Namespace, base: str) -> dict[str, Any]:
     """leasejobs at its defaults against PgQueuer's best configuration, alternating, ``--ab`` rounds.
 
@@ -527,6 +575,13 @@ def main() -> None:
         help="Only leasejobs at runworker's defaults (2 processes, INFO and -v 0) against PgQueuer's "
         "best configuration, one run each per round, alternating ROUNDS times.",
     )
+    parser.add_argument(
+        "--latency-ab",
+        type=int,
+        metavar="ROUNDS",
+        help="Only the idle enqueue-to-start latency of leasejobs and PgQueuer, one run each per "
+        "round, alternating ROUNDS times (--latency-jobs jobs at --latency-rate).",
+    )
     args = parser.parse_args()
     work = Work(args.workload, {"io": args.io_seconds, "cpu": args.cpu_seconds}.get(args.workload, 0.0))
     base = os.environ.get("DATABASE_URL")
@@ -534,6 +589,11 @@ def main() -> None:
         sys.exit("Set DATABASE_URL to a PostgreSQL database (leasejobs uses it; the peers get their own).")
     load = os.getloadavg()
     run_ticks = cpu_ticks()
+    if args.latency_ab:
+        figures = latency_ab(args, base)
+        if args.json_out:
+            args.json_out.write_text(json.dumps({"load_before": load, "latency_ab": figures}, indent=2))
+        return
     if args.ab:
         ab = ab_defaults(args, base)
         if args.json_out:
