@@ -81,8 +81,10 @@ class Claimer:
         self.wake = threading.Event()
         #: Held by whichever thread claims: this loop, between its waits, or the listener's.
         self._turn = threading.Lock()
-        #: The loop's stop (set by ``run``): the listener's thread claims nothing once it is set.
-        self._stopping: threading.Event | None = None
+        #: The loop's stop (set by ``run``): the listener's thread claims nothing once it is set,
+        #: nor before the loop runs or after it has ended (``_claiming``, changed under ``_turn``).
+        self._stopping = threading.Event()
+        self._claiming = False
         self.limits = LimitGate(store, options.queues, poll_interval)
         #: The last claim took more than the children had room for.
         self._gave_back = False
@@ -106,11 +108,10 @@ class Claimer:
             and not self.limits.active
             and not self.options.burst
             and self.options.max_jobs is None
-            and self._stopping is not None
             and self._turn.acquire(blocking=False)
         ):
             try:
-                if not self._stopping.is_set() and self._claim_for_notify(via):
+                if self._claiming and not self._stopping.is_set() and self._claim_for_notify(via):
                     return
             finally:
                 self._turn.release()
@@ -130,12 +131,20 @@ class Claimer:
 
     def run(self, stopping: threading.Event) -> None:
         """Claim until stopped, or until --burst finds nothing or --max-jobs is reached."""
-        self._stopping = stopping
-        while True:
+        with self._turn:
+            self._stopping = stopping
+            self._claiming = True
+        try:
+            while True:
+                with self._turn:
+                    if not self._one_turn(stopping):
+                        return
+                self.wake.wait(self.poll_interval)
+        finally:
+            # Once the loop has ended (stopped, or an error), the worker gives back what it
+            # holds: no claim of the listener's may add to it meanwhile.
             with self._turn:
-                if not self._one_turn(stopping):
-                    return
-            self.wake.wait(self.poll_interval)
+                self._claiming = False
 
     def _one_turn(self, stopping: threading.Event) -> bool:
         """Claim until there is nothing more to do now (the claim loop's, ``_turn`` held);

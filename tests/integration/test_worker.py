@@ -321,7 +321,9 @@ def test_jobs_enqueued_one_by_one_to_an_idle_worker_each_run_once(start_worker):
             )
             return [row[0] for row in cursor.fetchall()]
 
-    wait_until(lambda: any(q.startswith("LISTEN") for q in listening()), timeout=20, what="the worker listens")
+    wait_until(
+        lambda: any(q.startswith("LISTEN") for q in listening()), timeout=20, what="the worker listens"
+    )
     jobs = []
     for i in range(300):
         jobs.append(record.enqueue(i))
