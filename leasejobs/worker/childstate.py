@@ -44,6 +44,12 @@ class ChildState:
     #: The assignment number of the body after which its waiting jobs were handed
     #: to other children (a body that ran much longer than estimated).
     rebalanced_after: int = 0
+    #: The slot's count of kept bodies when the pool thread last read them
+    #: (``ChildReports._hear_kept``), where that read began, and whether to read
+    #: from there once more.
+    kept_heard: int = 0
+    kept_from: int = 0
+    kept_recheck: bool = False
     #: Told to stop starting bodies (the worker is stopping), or it will leave
     #: once the body being stopped in it is gone (``doomed``).
     stopping: bool = False

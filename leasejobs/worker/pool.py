@@ -93,6 +93,7 @@ class Pool(ChildReports):
                 now = time.monotonic()
                 if now >= self._next_body_look:
                     self._next_body_look = now + BODY_LOOK_SECONDS
+                    self._hear_kept()
                     self._look_at_bodies(now)
                 self._bury_the_dead(now)
             if self._closed and time.monotonic() > self._close_deadline:
@@ -143,6 +144,10 @@ class Pool(ChildReports):
             for child in self._children:
                 if child.stops or ((child.closed_at or child.dead_at) and not child.buried):
                     soon = TIMEOUT_LOOK_SECONDS
+                elif child.outstanding and (
+                    child.kept_recheck or self.slots[child.index].kept_count != child.kept_heard
+                ):
+                    soon = TIMEOUT_LOOK_SECONDS  # bodies kept as done, perhaps behind a long one
                 elif child.outstanding and any(
                     j.task is not None and j.task.timeout_seconds for j in child.outstanding.values()
                 ):

@@ -103,6 +103,33 @@ class ChildReports(BodyStopping):
         if wanted:
             self._work_wanted()
 
+    def _hear_kept(self) -> None:
+        """Bodies a live child kept as done in its slot and has not reported (it sends them with
+        its next report, which a long body after them delays): ended now; lock held.
+
+        Every job in the ring has ended done, whenever it is read. A count read
+        with stale entries beside it (stores seen out of order, on a CPU that
+        allows it) is read once more at the next look.
+        """
+        heard = False
+        for child in self._children:
+            if not child.pid or not child.outstanding:
+                continue
+            changed = self.slots[child.index].kept_count != child.kept_heard
+            if not changed and not child.kept_recheck:
+                continue
+            since = child.kept_from if child.kept_recheck else child.kept_heard
+            child.kept_heard, kept = self.slots.kept(child.index, since)
+            child.kept_from, child.kept_recheck = since, changed
+            for seq, seconds in kept.items():
+                job = child.outstanding.pop(seq, None)
+                if job is not None:
+                    child.stops.pop(seq, None)
+                    self._ended(job, Ended(seq, outcomes.DONE, seconds, True))
+                    heard = True
+        if heard:
+            self._work_wanted()
+
     def _died_now(self, child: ChildState) -> None:
         """Its pidfd is readable: the process is dead (its socket may stay open in a helper it forked)."""
         with self.lock:
@@ -187,7 +214,7 @@ class ChildReports(BodyStopping):
             self._stopped(job, started=True, seconds=None)
         child.ending_with_it.clear()
         started = self.slots[child.index].started
-        kept = self.slots.kept(child.index)
+        _, kept = self.slots.kept(child.index)
         for seq, job in list(child.outstanding.items()):
             del child.outstanding[seq]
             if seq in kept:

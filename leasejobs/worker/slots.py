@@ -139,14 +139,17 @@ class SlotTable:
 
     # -- read by the supervisor once the child is dead ----------------------------
 
-    def kept(self, index: int) -> dict[int, float]:
-        """The last ``KEPT_RING`` jobs the slot's child kept as plainly done, with their bodies'
-        seconds (read once the child is dead: nothing writes them any more)."""
+    def kept(self, index: int, since: int = 0) -> tuple[int, dict[int, float]]:
+        """The slot's count of kept bodies, and the jobs its child kept as plainly done from the
+        ``since``-th on (the last ``KEPT_RING`` at most), with their bodies' seconds.
+
+        Read once the child is dead, or while it lives: every entry is a job
+        whose body ended done, whichever entry is read."""
         slot = self._slots[index]
         count = slot.kept_count
-        return {
+        return count, {
             slot.kept_seq[i % KEPT_RING]: slot.kept_seconds[i % KEPT_RING]
-            for i in range(max(0, count - KEPT_RING), count)
+            for i in range(max(since, count - KEPT_RING), count)
         }
 
     # -- read by the zygote -----------------------------------------------------
