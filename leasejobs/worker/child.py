@@ -19,11 +19,12 @@ not end within the worker's grace, the worker has it killed.
 A body that kills the process must not take its neighbours' outcomes with
 it, so each body's outcome is safe before the next body starts: a plainly
 done body (it returned None) is kept in the child's slot, which the worker
-reads if the child dies (``SlotTable.keep_done``); any other report is sent
-at once. The child sends what it keeps, and looks for news from the worker
-(a revoke, a stop), at least every ``REPORT_LINGER_SECONDS`` while it works
-through its jobs, and whenever it runs out of jobs: one write to the
-socket per millisecond of bodies, not one per body.
+reads if the child dies (``SlotTable.keep_done``), and while it lives at
+its looks at the bodies, every 10 to 50 ms (a long body may run before the
+child's next report); any other report is sent at once. Between bodies,
+the child sends what it keeps and looks for news from the worker (a revoke,
+a stop) once ``REPORT_LINGER_SECONDS`` have passed, and whenever it runs out
+of jobs: one write to the socket per millisecond of bodies, not one per body.
 """
 
 import contextlib

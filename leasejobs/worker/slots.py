@@ -17,7 +17,9 @@ SIGKILLed would be held forever):
   ``KEPT_RING`` entries, ``kept_count`` written last) the bodies that ended
   plainly done whose report it has not sent yet: it sends reports once a
   millisecond rather than one write per body, and a neighbour that kills
-  the process must not take those outcomes with it (``kept``);
+  the process must not take those outcomes with it (``kept``: the
+  supervisor reads them when the child dies, and while it lives, in case a
+  long body delays the child's next report);
 - the supervisor writes ``deadline`` (monotonic time until which every lease
   of the jobs it gave this body surely holds, 0: no limit) and ``flag_seq``/
   ``flags`` (lease lost, cancel requested, timed out: for the job with that
