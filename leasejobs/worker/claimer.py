@@ -85,6 +85,9 @@ class Claimer:
         #: nor before the loop runs or after it has ended (``_claiming``, changed under ``_turn``).
         self._stopping = threading.Event()
         self._claiming = False
+        #: What a claim in the listener's thread raised, beyond a lost connection: raised
+        #: again in the claim loop, which stops the worker the way its own errors do.
+        self._failure: BaseException | None = None
         self.limits = LimitGate(store, options.queues, poll_interval)
         #: The last claim took more than the children had room for.
         self._gave_back = False
@@ -113,6 +116,8 @@ class Claimer:
             try:
                 if self._claiming and not self._stopping.is_set() and self._claim_for_notify(via):
                     return
+            except Exception as exc:
+                self._failure = exc
             finally:
                 self._turn.release()
         self.wake.set()
@@ -127,6 +132,8 @@ class Claimer:
         except CONNECTION_ERRORS as exc:
             self.events.claim_failed(exc)
             return False
+        if got == 0 and self.limits.stale():
+            return False  # a queue may have got a limit since the loop last asked: its claim looks
         return got < room or self._gave_back
 
     def run(self, stopping: threading.Event) -> None:
@@ -154,6 +161,8 @@ class Claimer:
             # Cleared before the look at ``stopping``: a stop (or a NOTIFY) that lands
             # after this wakes the wait that follows instead of being cleared unseen.
             self.wake.clear()
+            if self._failure is not None:
+                raise self._failure
             if stopping.is_set():
                 return False
             if o.max_jobs is not None and self.held.claimed >= o.max_jobs:

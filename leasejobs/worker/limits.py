@@ -34,15 +34,18 @@ class LimitGate:
     def active(self) -> bool:
         return bool(self.limited) or self.keys
 
+    def stale(self) -> bool:
+        """Whether ``refresh`` would read the limits again now."""
+        return self._read_at is None or time.monotonic() - self._read_at >= REFRESH_SECONDS
+
     def refresh(self) -> bool:
         """Re-read the limits if they are older than ``REFRESH_SECONDS``; returns ``active``."""
-        now = time.monotonic()
-        if self._read_at is None or now - self._read_at >= REFRESH_SECONDS:
+        if self.stale():
             limited, keys = self.store.limits_apply(self.queues)
             if set(limited) - self.limited:
                 self._due = True  # a queue just got a limit: its jobs wait for this claim
             self.limited, self.keys = frozenset(limited), keys
-            self._read_at = now
+            self._read_at = time.monotonic()
         return self.active
 
     def notified(self, queue: str | None) -> None:

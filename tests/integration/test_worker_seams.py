@@ -8,6 +8,7 @@ tests call what its thread would call when a child reports.
 """
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.pool import Pool
 from leasejobs.worker.slots import LEASE_LOST, SlotTable
 from leasejobs.worker.worker import Worker
+from tests.helpers import wait_until
 from tests.testapp.tasks import overruns, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -264,6 +266,51 @@ def test_news_of_a_freed_place_during_a_limited_claim_keeps_the_next_one_due(wor
     assert claimer.limits.refresh() and claimer.limits.due()
     assert claimer.claim_limited() == 0
     assert claimer.limits.due()
+
+
+def test_an_error_of_a_claim_in_the_listeners_thread_stops_the_claim_loop_with_it(worker):
+    """A NOTIFY to an idle worker is claimed for in the listener's thread. An error there
+    that is not a lost connection must end the worker as the claim loop's own errors do
+    (the loop returns by raising, and the worker gives back what it holds), not only its
+    listener thread (which exits the process at once) nor be taken for a listener lost."""
+    w = worker
+    store = w.store
+
+    class FailsInTheListenersThread:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def claim(self, **kwargs: Any) -> list:
+            if threading.current_thread().name == "listener":
+                raise RuntimeError("a bug in the claim's bookkeeping")
+            return store.claim(**kwargs)
+
+    w.pool.outstanding = lambda: ([0], 0)  # type: ignore[method-assign]  # one idle child
+    claimer = w.claimer(FailsInTheListenersThread())
+    raised: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            claimer.run(threading.Event())
+        except BaseException as exc:
+            raised.append(exc)
+
+    main = threading.Thread(target=loop)
+    main.start()
+    wait_until(lambda: claimer._claiming, timeout=5, what="the claim loop runs")
+
+    def listen() -> None:  # a NOTIFY now and then, until one finds the loop waiting
+        deadline = time.monotonic() + 5
+        while main.is_alive() and time.monotonic() < deadline:
+            claimer.notified("default")
+            time.sleep(0.01)
+
+    listener = threading.Thread(target=listen, name="listener")
+    listener.start()
+    listener.join(timeout=10)
+    main.join(timeout=5)
+    assert not main.is_alive(), "the claim loop went on"
+    assert [str(exc) for exc in raised] == ["a bug in the claim's bookkeeping"]
 
 
 def test_a_stop_signal_that_lands_while_the_claimer_holds_its_wake_lock_stops_the_worker():
