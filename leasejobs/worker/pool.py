@@ -93,7 +93,7 @@ class Pool(ChildReports):
                 now = time.monotonic()
                 if now >= self._next_body_look:
                     self._next_body_look = now + BODY_LOOK_SECONDS
-                    self._hear_kept()
+                    self._hear_kept(now)
                     self._look_at_bodies(now)
                 self._bury_the_dead(now)
             if self._closed and time.monotonic() > self._close_deadline:
@@ -147,7 +147,7 @@ class Pool(ChildReports):
                 elif child.outstanding and (
                     child.kept_recheck or self.slots[child.index].kept_count != child.kept_heard
                 ):
-                    soon = TIMEOUT_LOOK_SECONDS  # bodies kept as done, perhaps behind a long one
+                    soon = min(soon, TIMEOUT_LOOK_SECONDS)  # bodies kept as done, perhaps behind a long one
                 elif child.outstanding and any(
                     j.task is not None and j.task.timeout_seconds for j in child.outstanding.values()
                 ):

@@ -37,6 +37,10 @@ from leasejobs.worker.messages import ENDED, LEAVING, UNSTARTED, Ended, endeds
 from leasejobs.worker.stopping import BodyStopping
 from leasejobs.worker.zygote import EXITED, OUTLIVED, SPAWNED
 
+#: How long a body runs before the pool thread reads what its child kept unsent (a
+#: child sends it between bodies, at least once a millisecond).
+KEPT_LOOK_SECONDS = 0.005
+
 
 class ChildReports(BodyStopping):
     """The children's and the zygote's reports, applied to the held jobs (see the module docstring)."""
@@ -103,17 +107,22 @@ class ChildReports(BodyStopping):
         if wanted:
             self._work_wanted()
 
-    def _hear_kept(self) -> None:
+    def _hear_kept(self, now: float) -> None:
         """Bodies a live child kept as done in its slot and has not reported (it sends them with
         its next report, which a long body after them delays): ended now; lock held.
 
-        Every job in the ring has ended done, whenever it is read. A count read
-        with stale entries beside it (stores seen out of order, on a CPU that
-        allows it) is read once more at the next look.
+        Only a child whose body has run for ``KEPT_LOOK_SECONDS`` is read: any
+        other sends what it kept within a millisecond. Every job in the ring
+        has ended done, whenever it is read. A count read with stale entries
+        beside it (stores seen out of order, on a CPU that allows it) is read
+        once more at the next look.
         """
         heard = False
         for child in self._children:
             if not child.pid or not child.outstanding:
+                continue
+            running = self.slots.running(child.index)
+            if running is None or now - running.started_at < KEPT_LOOK_SECONDS:
                 continue
             changed = self.slots[child.index].kept_count != child.kept_heard
             if not changed and not child.kept_recheck:
