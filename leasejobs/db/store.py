@@ -453,19 +453,22 @@ class WorkerStore:
             rows = self._finish.execute(sql.FINISH, params)
         return [FinishRow._make(row) for row in rows]
 
-    def release(self, jobs: Sequence[tuple[Attempt, bool]], *, slotted: bool = True) -> set[Attempt]:
+    def release(
+        self, jobs: Sequence[tuple[Attempt, bool]], *, slotted: bool = True, tries: int = RELEASE_TRIES
+    ) -> set[Attempt]:
         """Give leases back; each (attempt, refund the run counted at its claim).
 
         ``slotted`` false: no attempt given back holds a place under a limit.
-        A row skipped as locked is tried again a few times over a fifth of a
-        second: another worker's claim that walked past it a moment ago may
-        hold its lock until that claim commits, and a lease left to run out
-        would keep its run counted and its job waiting a whole lease.
+        A row skipped as locked is tried again up to ``tries`` times in all, a
+        fiftieth of a second apart (a fifth of a second at the default):
+        another worker's claim that walked past it a moment ago may hold its
+        lock until that claim commits, and a lease left to run out would keep
+        its run counted and its job waiting a whole lease.
         """
         released: set[Attempt] = set()
         left = list(jobs)
-        for tries in range(RELEASE_TRIES):
-            if tries:
+        for again in range(tries):
+            if again:
                 time.sleep(RELEASE_RETRY_SECONDS)
             with self._finishing, self._ending_rows(a for a, _ in left):
                 rows = self._release_rows(left, slotted)

@@ -91,6 +91,9 @@ class Claimer:
         self.limits = LimitGate(store, options.queues, poll_interval)
         #: The last claim took more than the children had room for.
         self._gave_back = False
+        #: Jobs given back whose rows another transaction held (an operator's edit, say):
+        #: tried again at each turn until their leases run out (changed under ``_turn``).
+        self._unreleased: list[HeldJob] = []
         self.start = ClaimStart(inline_seconds=float(conf.get("FRONT_WALK_INLINE_MS")) / 1000)
         #: The front look the claims ask for (None: none; the worker sets it, and runs
         #: and stops its thread).
@@ -165,6 +168,8 @@ class Claimer:
                 raise self._failure
             if stopping.is_set():
                 return False
+            if self._unreleased:
+                self._give_back_again()
             if o.max_jobs is not None and self.held.claimed >= o.max_jobs:
                 self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
                 return False
@@ -179,7 +184,7 @@ class Claimer:
                 # --burst ends on a claim that finds nothing while nothing is held, looked at
                 # before it is sent: then every write of ours (a retry due at once, say) was
                 # committed before its snapshot, and nothing of ours can be due after it.
-                idle = o.burst and self.held.empty()
+                idle = o.burst and self.held.empty() and not self._unreleased
                 try:
                     got = self.claim(room, front=idle)
                     # Nothing held, so no place of ours is held either; a last look.
@@ -336,7 +341,12 @@ class Claimer:
 
     def _give_back(self, jobs: list[HeldJob]) -> None:
         """Jobs claimed beyond what the children have room for (slower than the claim
-        judged): released at once, their runs refunded, claimable by anyone."""
+        judged): released at once, their runs refunded, claimable by anyone.
+
+        A row another transaction holds past the store's fifth of a second is
+        tried again at the claim loop's next turns (``_give_back_again``): left
+        to run out, its lease would keep the job from every worker that long,
+        and a ``--burst`` worker would exit leaving it running."""
         given = [job for job in jobs if self.held.give_back(job)]
         if not given:
             return
@@ -349,7 +359,33 @@ class Claimer:
             return
         for job in given:
             if job.key not in released:
-                self.events.released(job, False)
+                self.events.give_back_later(job)
+                self._unreleased.append(job)
+
+    def _give_back_again(self) -> None:
+        """Try once more to release what ``_give_back`` found locked; a lease that has run
+        out is anyone's to claim again (its release would match nothing)."""
+        now = time.monotonic()
+        for job in [job for job in self._unreleased if job.claimed_at + job.lease_seconds <= now]:
+            self._unreleased.remove(job)
+            self.events.released(job, False)
+        if not self._unreleased:
+            return
+        left = self._unreleased
+        try:
+            released = self.store.release(
+                [(job.key, True) for job in left], slotted=any(job.slots for job in left), tries=1
+            )
+        except CONNECTION_ERRORS as exc:
+            self.events.claim_failed(exc)
+            return
+        self._unreleased = [job for job in left if job.key not in released]
+
+    def take_unreleased(self) -> list[HeldJob]:
+        """What is still to be given back once claiming has ended (the worker's last release)."""
+        with self._turn:
+            left, self._unreleased = self._unreleased, []
+        return left
 
     def _task(self, name: str) -> tuple[Task | None, float]:
         """A task and its lease, looked up once per task name.

@@ -288,6 +288,13 @@ class Events:
                 *self._ids(job),
             )
 
+    def give_back_later(self, job: HeldJob) -> None:
+        logger.warning(
+            "lease not given back yet job=%s attempt=%s worker=%s: its row is locked by another "
+            "transaction; trying again until its lease runs out",
+            *self._ids(job),
+        )
+
     def left_to_its_lease(self, job: HeldJob) -> None:
         logger.warning(
             "lease kept job=%s attempt=%s worker=%s: its body is not known to have stopped, "

@@ -233,7 +233,7 @@ class Worker:
             # Whatever is still held and not settled is given back after the
             # finisher's last flush: the two share a connection, and during an
             # outage the release must not delay the finisher's giving up.
-            unfinished = self.pool.take_given_back() + self._give_up_held()
+            unfinished = self.pool.take_given_back() + self.claimer.take_unreleased() + self._give_up_held()
             self.finisher.close(give_up_at=self._finish_deadline())
             finisher.join(timeout=30)
             self._give_back(unfinished)

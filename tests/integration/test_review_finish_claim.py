@@ -372,10 +372,13 @@ def test_a_worker_finishing_beside_an_operator_holding_and_cancelling_its_runnin
             time.sleep(0.02)
     for w in workers:
         assert w.wait(timeout=30) == 0, w.log()[-3000:]
-    wait_until(
-        lambda: not Job.objects.exclude(status__in=["done", "cancelled"]).exists(), 40, what="every job ended"
-    )
     logs = "".join(w.log() for w in workers)
+    unended = Job.objects.exclude(status__in=["done", "cancelled"])
+    try:
+        wait_until(lambda: not unended.exists(), 40, what="every job ended")
+    except AssertionError as exc:
+        left = list(unended.values("id", "status", "attempt", "runs", "leased_by", "cancel_requested"))
+        raise AssertionError(f"{exc}: {left}\n{logs}") from None
     assert deadlocks == 0
     assert "deadlock" not in logs.lower()
     assert "moved on" not in logs and logs.count("lost_leases=0") == 2, logs[-3000:]

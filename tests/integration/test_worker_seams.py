@@ -242,6 +242,37 @@ def test_burst_does_not_exit_on_a_retry_its_own_finish_queued_after_the_claims_s
     assert (again.status, again.attempt, w.held.claimed) == ("running", 2, 2), "it was claimed again"
 
 
+def test_a_job_given_back_while_an_operator_holds_its_row_is_given_back_once_the_row_is_free(worker):
+    """A claim took more than the children had room for, and the release of the extra job found
+    its row locked by an operator's transaction (``FOR UPDATE``, as an admin edit does) for longer
+    than the store's fifth of a second of tries. The claimer tries again at its next turns: a
+    ``--burst`` worker does not exit meanwhile, and once the row is free the job is queued again
+    with its run refunded, and claimed. (It used to be left to its lease: a burst worker exited
+    with the job running, and any worker waited out the whole lease before running it.)"""
+    import psycopg
+
+    from leasejobs.db.connection import connection_params
+
+    w = worker
+    record.enqueue(1)
+    claimer = w.claimer(burst=True)
+    assert claimer.claim(1) == 1
+    (job,) = w.held.in_phase(Phase.ASSIGNED)
+    w.pool.outstanding = lambda: ([0], 0)  # type: ignore[method-assign]  # one idle child
+    stopping = threading.Event()
+    with psycopg.connect(**connection_params()) as operator:
+        operator.execute("SELECT 1 FROM leasejobs_job WHERE id = %s FOR UPDATE", [job.key.id])
+        claimer._give_back([job])
+        assert Job.objects.get(id=job.key.id).status == "running"
+        assert claimer._one_turn(stopping), "a --burst worker must not exit with a give-back pending"
+        assert Job.objects.get(id=job.key.id).status == "running"
+    assert claimer._one_turn(stopping)
+    again = Job.objects.get(id=job.key.id)
+    assert (again.status, again.attempt, again.runs) == ("running", 1, 1), "refunded, then claimed again"
+    assert [j.key for j in w.held.in_phase(Phase.ASSIGNED)] == [job.key]
+    assert claimer.take_unreleased() == []
+
+
 def test_news_of_a_freed_place_during_a_limited_claim_keeps_the_next_one_due(worker):
     """A finish frees a place and NOTIFYs while CLAIM_LIMITED runs on an older snapshot: the
     next limited claim must be due at once, not after the poll interval."""
