@@ -473,8 +473,9 @@ class Bench:
         """Enqueue-to-start latency with one idle worker, ``jobs`` jobs at ``rate`` per second."""
         self.clear()
         with self.workers(1, ["--concurrency", str(concurrency)]) as group:
-            ids = self._probe(group, jobs, rate)
+            ids, enqueue_ms = self._probe(group, jobs, rate)
         figures = self._latencies(ids)
+        figures["enqueue_p50"] = percentile(enqueue_ms, 50)
         self.clear()
         return figures
 
@@ -491,7 +492,7 @@ class Bench:
         with self.workers(workers, _worker_args(concurrency, prefetch)) as group:
             with self._arriving(load_rate) as load:
                 time.sleep(1.0)
-                ids = self._probe(group, jobs, rate)
+                ids, _ = self._probe(group, jobs, rate)
             left_behind = self._queued()
         figures = self._latencies(ids)
         figures.update(load_rate=load_rate, load_reached=load.rate, left_behind=left_behind)
@@ -640,22 +641,26 @@ class Bench:
             thread.join()
             arrivals.seconds = time.monotonic() - began
 
-    def _probe(self, group: WorkerGroup, jobs: int, rate: float) -> list[int]:
-        """Enqueue ``jobs`` stamp jobs at ``rate`` per second and wait until they ran; their ids."""
+    def _probe(self, group: WorkerGroup, jobs: int, rate: float) -> tuple[list[int], list[float]]:
+        """Enqueue ``jobs`` stamp jobs at ``rate`` per second and wait until they ran; their ids,
+        and how long each enqueue call took in ms (the part of the latency before the commit)."""
         stamp = self.tasks["stamp"]
         ids = []
+        enqueue_ms = []
         next_at = time.monotonic()
         for _ in range(jobs):
             next_at += 1 / rate
             time.sleep(max(0.0, next_at - time.monotonic()))
+            began = time.perf_counter()
             ids.append(stamp.enqueue(time.time()).id)
+            enqueue_ms.append((time.perf_counter() - began) * 1000)
         deadline = time.monotonic() + 30
         while self._unfinished(ids):
             group.check_alive()
             if time.monotonic() > deadline:
                 raise RuntimeError("latency jobs unfinished after 30 s")
             time.sleep(0.05)
-        return ids
+        return ids, enqueue_ms
 
     def _latencies(self, ids: list[int]) -> dict[str, float]:
         """p50, p95, p99 and max of the stamp jobs' enqueue-to-start times, in ms."""
