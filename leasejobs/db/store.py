@@ -478,6 +478,19 @@ class WorkerStore:
                 break
         return released
 
+    def still_held(self, attempts: Sequence[Attempt]) -> set[Attempt]:
+        """Which of these attempts this worker still holds (``sql.STILL_HELD``: no lock waited for)."""
+        with self._finishing:
+            rows = self._finish.execute(
+                sql.STILL_HELD,
+                {
+                    "ids": [a.id for a in attempts],
+                    "attempts": [a.attempt for a in attempts],
+                    "worker_id": self.worker_id,
+                },
+            )
+        return {Attempt(job_id, attempt) for job_id, attempt in rows}
+
     def _release_rows(self, jobs: Sequence[tuple[Attempt, bool]], slotted: bool) -> list[tuple[Any, ...]]:
         return self._finish.execute(
             sql.RELEASE,

@@ -44,6 +44,11 @@ from leasejobs.worker.limits import LimitGate
 from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.pool import Pool
 
+#: How often a give-back found locked is tried again (at the claim loop's turns,
+#: which come far more often under load): a statement or two per try, while an
+#: operator's transaction holds the row.
+GIVE_BACK_AGAIN_SECONDS = 0.02
+
 
 class Claimer:
     def __init__(
@@ -94,6 +99,7 @@ class Claimer:
         #: Jobs given back whose rows another transaction held (an operator's edit, say):
         #: tried again at each turn until their leases run out (changed under ``_turn``).
         self._unreleased: list[HeldJob] = []
+        self._give_back_at = 0.0
         self.start = ClaimStart(inline_seconds=float(conf.get("FRONT_WALK_INLINE_MS")) / 1000)
         #: The front look the claims ask for (None: none; the worker sets it, and runs
         #: and stops its thread).
@@ -149,7 +155,8 @@ class Claimer:
                 with self._turn:
                     if not self._one_turn(stopping):
                         return
-                self.wake.wait(self.poll_interval)
+                    pending = bool(self._unreleased)
+                self.wake.wait(GIVE_BACK_AGAIN_SECONDS if pending else self.poll_interval)
         finally:
             # Once the loop has ended (stopped, or an error), the worker gives back what it
             # holds: no claim of the listener's may add to it meanwhile.
@@ -363,23 +370,32 @@ class Claimer:
                 self._unreleased.append(job)
 
     def _give_back_again(self) -> None:
-        """Try once more to release what ``_give_back`` found locked; a lease that has run
-        out is anyone's to claim again (its release would match nothing)."""
+        """Try once more to release what ``_give_back`` found locked, at most every
+        ``GIVE_BACK_AGAIN_SECONDS``; stop trying for a job that has moved on (an
+        operator released or ended it), or whose lease has run out (anyone's to claim)."""
         now = time.monotonic()
+        if now < self._give_back_at:
+            return
+        self._give_back_at = now + GIVE_BACK_AGAIN_SECONDS
         for job in [job for job in self._unreleased if job.claimed_at + job.lease_seconds <= now]:
             self._unreleased.remove(job)
             self.events.released(job, False)
-        if not self._unreleased:
-            return
         left = self._unreleased
+        if not left:
+            return
         try:
             released = self.store.release(
                 [(job.key, True) for job in left], slotted=any(job.slots for job in left), tries=1
             )
+            left = [job for job in left if job.key not in released]
+            held = self.store.still_held([job.key for job in left]) if left else set()
         except CONNECTION_ERRORS as exc:
             self.events.claim_failed(exc)
             return
-        self._unreleased = [job for job in left if job.key not in released]
+        for job in left:
+            if job.key not in held:
+                self.events.give_back_moot(job)
+        self._unreleased = [job for job in left if job.key in held]
 
     def take_unreleased(self) -> list[HeldJob]:
         """What is still to be given back once claiming has ended (the worker's last release)."""

@@ -295,6 +295,13 @@ class Events:
             *self._ids(job),
         )
 
+    def give_back_moot(self, job: HeldJob) -> None:
+        logger.info(
+            "give-back dropped job=%s attempt=%s worker=%s: the job moved on (released or ended by "
+            "another) while its row was locked",
+            *self._ids(job),
+        )
+
     def left_to_its_lease(self, job: HeldJob) -> None:
         logger.warning(
             "lease kept job=%s attempt=%s worker=%s: its body is not known to have stopped, "

@@ -16,7 +16,7 @@ import pytest
 from leasejobs.db.store import Attempt, Outcome, WorkerStore
 from leasejobs.jobs.registry import Task
 from leasejobs.models import Job
-from leasejobs.worker.claimer import Claimer
+from leasejobs.worker.claimer import GIVE_BACK_AGAIN_SECONDS, Claimer
 from leasejobs.worker.events import Events
 from leasejobs.worker.finisher import Finisher
 from leasejobs.worker.heartbeat import Heartbeater
@@ -266,11 +266,39 @@ def test_a_job_given_back_while_an_operator_holds_its_row_is_given_back_once_the
         assert Job.objects.get(id=job.key.id).status == "running"
         assert claimer._one_turn(stopping), "a --burst worker must not exit with a give-back pending"
         assert Job.objects.get(id=job.key.id).status == "running"
+    time.sleep(GIVE_BACK_AGAIN_SECONDS)
     assert claimer._one_turn(stopping)
     again = Job.objects.get(id=job.key.id)
     assert (again.status, again.attempt, again.runs) == ("running", 1, 1), "refunded, then claimed again"
     assert [j.key for j in w.held.in_phase(Phase.ASSIGNED)] == [job.key]
     assert claimer.take_unreleased() == []
+
+
+def test_a_give_back_found_locked_whose_job_an_operator_ended_meanwhile_is_dropped(worker):
+    """The operator's transaction that held the row ends the job (as a cancel of a job seen as
+    not started would) and commits: the give-back matches nothing any more, so the claimer stops
+    trying at once, and a ``--burst`` worker exits, instead of waiting for the lease to run out."""
+    import psycopg
+
+    from leasejobs.db.connection import connection_params
+
+    w = worker
+    record.enqueue(1)
+    claimer = w.claimer(burst=True)
+    assert claimer.claim(1) == 1
+    (job,) = w.held.in_phase(Phase.ASSIGNED)
+    w.pool.outstanding = lambda: ([0], 0)  # type: ignore[method-assign]  # one idle child
+    with psycopg.connect(**connection_params()) as operator:
+        operator.execute(
+            "UPDATE leasejobs_job SET status = 'cancelled', lease_until = NULL, finished_at = now()"
+            " WHERE id = %s",
+            [job.key.id],
+        )
+        claimer._give_back([job])
+    time.sleep(GIVE_BACK_AGAIN_SECONDS)
+    assert not claimer._one_turn(threading.Event()), "nothing left to give back or to claim: --burst exits"
+    assert claimer.take_unreleased() == []
+    assert Job.objects.get(id=job.key.id).status == "cancelled"
 
 
 def test_news_of_a_freed_place_during_a_limited_claim_keeps_the_next_one_due(worker):

@@ -64,7 +64,7 @@ from leasejobs.db.sql.claim import (
 )
 from leasejobs.db.sql.clock import CLOCK_PARAMETER, at_clock
 from leasejobs.db.sql.enqueue import BULK_ENQUEUE, ENQUEUE, ENQUEUE_PLAIN, KEY_PLACES
-from leasejobs.db.sql.leases import FINISH, FINISH_WAITING, HEARTBEAT, RELEASE
+from leasejobs.db.sql.leases import FINISH, FINISH_WAITING, HEARTBEAT, RELEASE, STILL_HELD
 from leasejobs.db.sql.prune import PRUNE_JOBS, PRUNE_ORPHAN_SIDE_EFFECTS, PRUNE_PICK, PRUNE_SIDE_EFFECTS
 from leasejobs.db.sql.side_effects import FENCE_CHECK, RECORD_SIDE_EFFECT, RENEW_LEASE
 from leasejobs.db.sql.vacuum import MAY_VACUUM, VACUUM, VACUUM_LOOK
@@ -96,6 +96,7 @@ __all__ = [
     "RECORD_SIDE_EFFECT",
     "RELEASE",
     "RENEW_LEASE",
+    "STILL_HELD",
     "VACUUM",
     "VACUUM_LOOK",
     "at_clock",

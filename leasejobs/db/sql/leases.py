@@ -244,6 +244,19 @@ SELECT id, attempt, true, status FROM written
 WHERE (SELECT count(*) FROM woken) >= 0 AND (SELECT count(*) FROM settled) >= 0
 """
 
+#: Which of these attempts this worker still holds, read as last committed
+#: (no lock: a row another transaction holds is not waited for). The claimer
+#: asks it of a give-back that found its row locked, to stop trying once the
+#: job has moved on (an operator's release or cancel committed meanwhile).
+STILL_HELD = f"""
+SELECT h.id, h.attempt
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+WHERE EXISTS (
+    SELECT 1 FROM leasejobs_job AS j
+    {fence("h", 4)}
+)
+"""
+
 #: Give leases back: the jobs are queued again and claimable at once (the next
 #: claim bumps the token, so this attempt stays fenced off). ``refunds`` (1)
 #: undoes the claim of a job whose body never started and never will (claimed
