@@ -318,6 +318,11 @@ class Claimer:
             else:
                 refused.append((job, why))
         self.held.add(jobs + [job for job, _ in refused])
+        if self._unreleased:
+            # A key claimed again is a live attempt (a give-back undoes the claim's attempt,
+            # so the next claim makes the same key): never to be given back as the old one.
+            claimed = {job.key for job in jobs} | {job.key for job, _ in refused}
+            self._unreleased = [job for job in self._unreleased if job.key not in claimed]
         # What no child has room for goes back before any body of this claim can start (a
         # worker killed as they start must not take those counted runs with it); ``assign``
         # may still find less room than judged (a child died meanwhile).
@@ -390,7 +395,13 @@ class Claimer:
             left = [job for job in left if job.key not in released]
             held = self.store.still_held([job.key for job in left]) if left else set()
         except CONNECTION_ERRORS as exc:
+            # Whether the release committed is unknown: were the jobs queued again with
+            # their attempts undone, a claim of ours could take one back under the same
+            # key, and a later try would give that live attempt back. Their leases run out.
             self.events.claim_failed(exc)
+            for job in self._unreleased:
+                self.events.released(job, False)
+            self._unreleased = []
             return
         for job in left:
             if job.key not in held:

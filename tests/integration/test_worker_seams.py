@@ -301,6 +301,34 @@ def test_a_give_back_found_locked_whose_job_an_operator_ended_meanwhile_is_dropp
     assert Job.objects.get(id=job.key.id).status == "cancelled"
 
 
+def test_a_give_back_pending_never_gives_back_the_live_attempt_a_claim_made_of_the_same_key(worker):
+    """A give-back undoes its claim's attempt, so the next claim of that job makes the same
+    (id, attempt) key. A pending give-back whose release did commit, unseen (the connection
+    lost with the answer), must not give back the live attempt a claim of ours then made of the
+    job: its body may be running, and another worker would run the job beside it."""
+    import psycopg
+
+    from leasejobs.db.connection import connection_params
+
+    w = worker
+    record.enqueue(1)
+    claimer = w.claimer()
+    assert claimer.claim(1) == 1
+    (job,) = w.held.in_phase(Phase.ASSIGNED)
+    with psycopg.connect(**connection_params()) as operator:
+        operator.execute("SELECT 1 FROM leasejobs_job WHERE id = %s FOR UPDATE", [job.key.id])
+        claimer._give_back([job])
+    assert w.store.release([(job.key, True)]) == {job.key}  # committed; its answer "lost"
+    w.pool.outstanding = lambda: ([0], 0)  # type: ignore[method-assign]  # one idle child
+    assert claimer.claim(1, front=True) == 1
+    (again,) = w.held.in_phase(Phase.ASSIGNED)
+    assert again.key == job.key, "the same key, a live attempt"
+    time.sleep(GIVE_BACK_AGAIN_SECONDS)
+    claimer._give_back_again()
+    row = Job.objects.get(id=job.key.id)
+    assert (row.status, row.attempt, row.runs) == ("running", 1, 1)
+
+
 def test_news_of_a_freed_place_during_a_limited_claim_keeps_the_next_one_due(worker):
     """A finish frees a place and NOTIFYs while CLAIM_LIMITED runs on an older snapshot: the
     next limited claim must be due at once, not after the poll interval."""
