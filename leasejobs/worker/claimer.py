@@ -143,6 +143,8 @@ class Claimer:
             return False
         if got == 0 and self.limits.stale():
             return False  # a queue may have got a limit since the loop last asked: its claim looks
+        if self._unreleased:
+            return False  # a give-back found locked: the loop tries it again, 20 ms from now
         return got < room or self._gave_back
 
     def run(self, stopping: threading.Event) -> None:
@@ -407,6 +409,14 @@ class Claimer:
             if job.key not in held:
                 self.events.give_back_moot(job)
         self._unreleased = [job for job in left if job.key in held]
+
+    def give_back_pending(self) -> bool:
+        """Try the give-backs found locked again (the worker's drain, once the claim loop has
+        ended: ``--max-jobs``, ``--burst``, a stop); whether any is still pending."""
+        with self._turn:
+            if self._unreleased:
+                self._give_back_again()
+            return bool(self._unreleased)
 
     def take_unreleased(self) -> list[HeldJob]:
         """What is still to be given back once claiming has ended (the worker's last release)."""

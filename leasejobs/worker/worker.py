@@ -339,15 +339,19 @@ class Worker:
 
         After a stop request, jobs no child has started never start: their
         leases are given back at once (their counted runs refunded), so
-        other workers can take them now.
+        other workers can take them now. A give-back the claimer found
+        locked is tried again meanwhile and waited for, as a body is: left
+        to its lease, its job would wait that long, and one of a single
+        attempt would be failed unrun by the claim that takes it over.
         """
         while True:
+            pending = self.claimer.give_back_pending()
             if self.shutdown.requested.is_set():
                 self.pool.stop_starting()
                 self._give_back(self.pool.take_given_back())
                 if self.shutdown.grace_over():
                     return
-            if not self.held.busy():
+            if not self.held.busy() and not pending:
                 return
             self.claimer.wake.wait(0.05)
             self.claimer.wake.clear()
