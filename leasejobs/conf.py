@@ -83,10 +83,11 @@ DEFAULTS: dict[str, Any] = {
     "VACUUM_THRESHOLD": 50_000,
     "VACUUM_SCALE_FACTOR": 0.1,
     # A walk from the claim index's front (what finds expired leases, jobs
-    # given back and late commits) that took less than this many ms the
-    # claimer makes itself; a longer one (a pinned xmin horizon) goes to a
-    # thread and a connection of its own, beside the claims. 0: always there.
-    "FRONT_WALK_INLINE_MS": 50,
+    # given back and late commits) is costly when it took longer than this
+    # many ms (less 0.2 ms a job it claimed); after three costly walks in a
+    # row (a pinned xmin horizon) the next goes to a thread and a connection
+    # of its own, beside the claims, until one is cheap. 0: always there.
+    "FRONT_WALK_INLINE_MS": 5,
 }
 
 

@@ -16,10 +16,11 @@ committed long after its statement; a priority the worker has not claimed
 from) a walk from the front finds, due once the last one is ``FRONT_GAP``
 times its own duration old (at most ``FRONT_GAP_MAX_SECONDS``): a job only
 it finds waits 20 times its duration, a few milliseconds on a healthy
-database, 10 s at most. While that walk is cheap (the last one took under
-``LEASEJOBS["FRONT_WALK_INLINE_MS"]``, 50 ms) the claimer makes it itself,
-as a claim from the front: no statement more. Once it is not (a pinned horizon keeps every entry of
-the jobs finished since, and a walk took seconds), a front look finds the
+database, 10 s at most. While that walk is cheap the claimer makes it
+itself, as a claim from the front: no statement more. Once it is not (a
+pinned horizon keeps every entry of the jobs finished since: three walks in
+a row each took over ``LEASEJOBS["FRONT_WALK_INLINE_MS"]``, 5 ms, less
+``PER_ROW_SECONDS`` for each job it claimed), a front look finds the
 same jobs beside the claims (``sql.FRONT_LOOK``, on a thread and a
 connection of its own: ``leasejobs.worker.front_look``), asked for by a
 claim, so an idle worker looks no more often than it claims; the claimer
@@ -37,7 +38,7 @@ calls; a lock keeps the two apart.
 
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 
 from leasejobs import conf
@@ -48,12 +49,19 @@ FRONT_GAP = 20
 #: and never later than this: its duration is a statement's wall time, which a
 #: reconnect's back-off, a lock wait or a pause of the worker can stretch.
 FRONT_GAP_MAX_SECONDS = 10.0
-#: A walk from the front that took less than this the claimer makes itself; a
-#: longer one goes to the front look's thread (``LEASEJOBS["FRONT_WALK_INLINE_MS"]``'s
-#: default). A healthy claim from the front of hundreds of jobs takes 10 to 30 ms
-#: on two busy cores; under a pinned horizon walks took 100 ms to seconds
-#: (docs/performance.md).
+#: A walk from the front is costly when it took longer than this, less
+#: ``PER_ROW_SECONDS`` for each job it claimed (``LEASEJOBS["FRONT_WALK_INLINE_MS"]``'s
+#: default). A walk that claims nothing takes under 1 ms on a healthy database;
+#: under a pinned horizon it grows with the pin's age, past 5 ms within 20 s at
+#: 2,500 jobs a second, and every millisecond of it delays the claims behind it.
 INLINE_SECONDS = conf.DEFAULTS["FRONT_WALK_INLINE_MS"] / 1000
+#: What claiming one job adds to a walk: a healthy claim from the front of
+#: hundreds of jobs takes 10 to 30 ms on two busy cores (docs/performance.md).
+PER_ROW_SECONDS = 0.0002
+#: The next walk goes to the front look's thread after this many costly walks
+#: in a row; one cheap walk (the claimer's or a look's) gives it back. One walk
+#: stretched by a busy machine is not a pinned horizon.
+COSTLY_IN_A_ROW = 3
 
 
 class ClaimStart:
@@ -64,11 +72,13 @@ class ClaimStart:
     ) -> None:
         self._clock = clock
         self._inline_seconds = inline_seconds
+        #: Costly walks in a row that hand the next to a look; 0 (no walk is cheap): all do.
+        self._in_a_row = COSTLY_IN_A_ROW if inline_seconds > 0 else 0
         self._lock = threading.Lock()
         self._keys: dict[int, ClaimKey] = {}
         self._front_due = 0.0
-        #: How long the last walk from the front took, the claimer's or a look's.
-        self._walk_seconds = 0.0
+        #: Costly walks from the front in a row, the claimer's or the looks'.
+        self._costly_walks = 0
         #: When the look under way began (None: none is).
         self._look_began: float | None = None
         #: What finished looks found, for the claimer to take in: (priority, job's key).
@@ -93,8 +103,8 @@ class ClaimStart:
             if front or not self._keys:
                 return None
             if now >= self._front_due:
-                if self._look_began is None and self._walk_seconds < self._inline_seconds:
-                    return None  # a cheap walk: the claimer's own
+                if self._look_began is None and self._costly_walks < self._in_a_row:
+                    return None  # walks are cheap: the claimer's own
                 if self._look_began is not None and now - self._look_began > FRONT_GAP_MAX_SECONDS:
                     return None  # the look under way is stuck
             return dict(self._keys)
@@ -108,7 +118,7 @@ class ClaimStart:
                 self._look_began is not None
                 or not self._keys
                 or now < self._front_due
-                or self._walk_seconds < self._inline_seconds
+                or self._costly_walks < self._in_a_row
             ):
                 return None
             self._look_began = now
@@ -123,7 +133,7 @@ class ClaimStart:
             began = self._look_began if self._look_began is not None else self._clock()
             self._look_began = None
             self._front_due = max(self._front_due, began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS))
-            self._walk_seconds = 0.0 if failed else seconds
+            self._walked(0.0 if failed else seconds, rows=0)
             went_back = self._went_back
             kept = [(p, key) for p, key in found if went_back is not None and p not in went_back]
             self._found.extend(kept)
@@ -134,7 +144,7 @@ class ClaimStart:
         after: dict[int, ClaimKey] | None,
         began: float,
         seconds: float,
-        rows: Iterable[ClaimedRow],
+        rows: Sequence[ClaimedRow],
         given_back: Collection[int],
     ) -> None:
         """A claim that started after ``after`` (None: the front) at ``began`` (this
@@ -143,8 +153,8 @@ class ClaimStart:
 
         Each priority's key becomes its last row, or, if one of its rows went back,
         the place just before the first of those, so the next claim finds it again.
-        A claim from the front is a walk (the next is due after it; its duration
-        says who makes the next) and may move any key back.
+        A claim from the front is a walk (the next is due after it; its cost says
+        who makes the next) and may move any key back.
         """
         # Each priority's last row is remembered and made a key once: a key per row
         # cost the worker 0.4 µs a job, on claims of hundreds of rows.
@@ -163,7 +173,7 @@ class ClaimStart:
                 self._front_due = max(
                     self._front_due, began + min(FRONT_GAP * seconds, FRONT_GAP_MAX_SECONDS)
                 )
-                self._walk_seconds = seconds
+                self._walked(seconds, rows=len(rows))
                 self._went_back = None
                 self._found.clear()
             elif stopped:
@@ -172,3 +182,10 @@ class ClaimStart:
                 self._found = [(p, key) for p, key in self._found if p not in stopped]
             self._keys.update({p: ClaimKey(*key) for p, key in last.items() if p not in stopped})
             self._keys.update(stopped)
+
+    def _walked(self, seconds: float, *, rows: int) -> None:
+        """Count a walk from the front that took ``seconds`` and claimed ``rows`` (lock held)."""
+        if seconds - rows * PER_ROW_SECONDS > self._inline_seconds:
+            self._costly_walks += 1
+        else:
+            self._costly_walks = 0

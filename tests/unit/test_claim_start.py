@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leasejobs.db.store import ClaimedRow, ClaimKey
-from leasejobs.worker.claim_start import FRONT_GAP, FRONT_GAP_MAX_SECONDS, INLINE_SECONDS, ClaimStart
+from leasejobs.worker.claim_start import (
+    COSTLY_IN_A_ROW,
+    FRONT_GAP,
+    FRONT_GAP_MAX_SECONDS,
+    INLINE_SECONDS,
+    PER_ROW_SECONDS,
+    ClaimStart,
+)
 
 T0 = datetime(2026, 12, 3, tzinfo=UTC)
 #: How long a walk from the front takes under a pinned horizon: more than the claimer makes itself.
@@ -19,6 +26,14 @@ def row(job_id: int, priority: int = 0, second: int = 0) -> ClaimedRow:
         job_id, "t", "[]", "{}", 1, 1, 3, "default", None, "", True, False, 0.0, None, 0, None,
         priority=priority, run_at=T0 + timedelta(seconds=second),
     )  # fmt: skip
+
+
+def pinned(start: ClaimStart) -> ClaimStart:
+    """Walks from the front made costly so far, one short of handing the next to a look
+    (as under a pinned horizon: the test's own costly walk is then the last of the row)."""
+    for _ in range(COSTLY_IN_A_ROW - 1):
+        start.claimed(None, 0.0, COSTLY, [], given_back=())
+    return start
 
 
 class Clock:
@@ -40,7 +55,7 @@ def test_the_first_claim_walks_from_the_front_and_the_next_from_its_keys() -> No
 
 def test_a_front_look_is_due_after_its_own_duration_times_the_gap_and_one_at_a_time() -> None:
     clock = Clock()
-    start = ClaimStart(clock)
+    start = pinned(ClaimStart(clock))
     start.claimed(None, 100.0, 0.5, [row(1)], given_back=())
     clock.now = 100.0 + FRONT_GAP * 0.5 - 0.001
     assert start.look_due() is None
@@ -59,7 +74,7 @@ def test_a_front_look_is_due_after_its_own_duration_times_the_gap_and_one_at_a_t
 def test_a_front_look_stretched_by_a_stall_delays_the_next_by_ten_seconds_at_most() -> None:
     """A look's wall time includes a reconnect's back-off or a pause of the worker."""
     clock = Clock()
-    start = ClaimStart(clock)
+    start = pinned(ClaimStart(clock))
     start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(1)], given_back=())
     assert start.look_due() is not None
     start.looked(30.0, [])
@@ -70,7 +85,7 @@ def test_a_front_look_stretched_by_a_stall_delays_the_next_by_ten_seconds_at_mos
 
 
 def test_what_a_look_found_moves_its_prioritys_key_to_just_before_it() -> None:
-    start = ClaimStart(Clock())
+    start = pinned(ClaimStart(Clock()))
     start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(5, second=5)], given_back=())
     assert start.look_due() is not None
     early = ClaimKey(T0 - timedelta(seconds=60), 2)
@@ -80,7 +95,7 @@ def test_what_a_look_found_moves_its_prioritys_key_to_just_before_it() -> None:
 
 def test_a_key_that_went_back_during_a_look_keeps_its_place() -> None:
     """A job given back during the look may lie before what the look found."""
-    start = ClaimStart(Clock())
+    start = pinned(ClaimStart(Clock()))
     start.claimed(
         None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(5, second=5), row(6, 3, second=5)], given_back=()
     )
@@ -91,7 +106,7 @@ def test_a_key_that_went_back_during_a_look_keeps_its_place() -> None:
 
 
 def test_a_key_that_goes_back_before_the_claimer_takes_a_finding_in_keeps_its_place() -> None:
-    start = ClaimStart(Clock())
+    start = pinned(ClaimStart(Clock()))
     start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(5, second=5)], given_back=())
     keys = start.look_due()
     assert keys is not None
@@ -102,7 +117,7 @@ def test_a_key_that_goes_back_before_the_claimer_takes_a_finding_in_keeps_its_pl
 
 
 def test_a_claim_from_the_front_makes_the_look_under_way_moot() -> None:
-    start = ClaimStart(Clock())
+    start = pinned(ClaimStart(Clock()))
     start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(5, second=5)], given_back=())
     assert start.look_due() is not None
     start.claimed(None, 100.0, 0.0, [row(9, second=9)], given_back=())
@@ -110,26 +125,49 @@ def test_a_claim_from_the_front_makes_the_look_under_way_moot() -> None:
     assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=9), 9)}
 
 
-def test_a_cheap_walk_from_the_front_is_the_claimers_own_and_a_costly_one_a_looks() -> None:
+def test_walks_from_the_front_go_to_a_look_after_three_costly_ones_in_a_row() -> None:
+    """One walk stretched by a busy machine stays the claimer's; a row of them (a pinned
+    horizon) hands the next to a look, and one cheap look hands it back."""
     clock = Clock()
     start = ClaimStart(clock)
     start.claimed(None, 100.0, INLINE_SECONDS / 2, [row(1)], given_back=())
     clock.now = 100.0 + FRONT_GAP * INLINE_SECONDS
     assert start.look_due() is None
     assert start.after() is None  # due and cheap: the claimer walks from the front itself
-    start.claimed(None, clock.now, COSTLY, [row(2, second=1)], given_back=())
-    clock.now += FRONT_GAP * COSTLY
-    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=1), 2)}  # due, costly: not its own
-    assert start.look_due() is not None
+    for n in range(1, COSTLY_IN_A_ROW + 1):
+        start.claimed(None, clock.now, COSTLY, [row(1 + n, second=n)], given_back=())
+        clock.now += FRONT_GAP * COSTLY
+        if n < COSTLY_IN_A_ROW:
+            assert start.look_due() is None
+            assert start.after() is None  # costly, but not yet a row of them: its own
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=COSTLY_IN_A_ROW), 1 + COSTLY_IN_A_ROW)}
+    assert start.look_due() is not None  # due, a row of costly walks: a look's
     assert not start.looked(INLINE_SECONDS / 2, [])  # the look found it cheap again
     clock.now += FRONT_GAP * INLINE_SECONDS
     assert start.look_due() is None
     assert start.after() is None
 
 
-def test_a_stuck_look_gives_the_walk_back_to_the_claimer_and_a_failed_one_too() -> None:
+def test_a_walk_that_claimed_many_jobs_counts_their_claim_as_no_cost_of_the_walk() -> None:
+    """A healthy claim from the front of hundreds of jobs takes tens of ms; the walk itself
+    is what is left after PER_ROW_SECONDS a job."""
     clock = Clock()
     start = ClaimStart(clock)
+    many = [row(n, second=n) for n in range(1, 201)]
+    for _ in range(COSTLY_IN_A_ROW):
+        start.claimed(None, clock.now, INLINE_SECONDS + 150 * PER_ROW_SECONDS, many, given_back=())
+        clock.now += 10.0
+    assert start.look_due() is None
+    assert start.after() is None
+    for _ in range(COSTLY_IN_A_ROW):
+        start.claimed(None, clock.now, INLINE_SECONDS + 250 * PER_ROW_SECONDS, many, given_back=())
+        clock.now += 10.0
+    assert start.look_due() is not None
+
+
+def test_a_stuck_look_gives_the_walk_back_to_the_claimer_and_a_failed_one_too() -> None:
+    clock = Clock()
+    start = pinned(ClaimStart(clock))
     start.claimed(None, 100.0 - FRONT_GAP * COSTLY, COSTLY, [row(1)], given_back=())
     assert start.look_due() is not None
     clock.now += FRONT_GAP_MAX_SECONDS
