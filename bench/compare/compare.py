@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -80,6 +81,9 @@ CPU_CONFIGS: dict[str, Configs] = {
         ("default (concurrency 1), 2 processes", 2, ["--concurrency", "1"]),
     ],
 }
+#: Seconds of arrivals before a flow's window opens (--flow-ab), for the workers to reach
+#: their steady state.
+FLOW_WARMUP = 10.0
 #: leasejobs' --concurrency (child processes) per worker in each of these workloads.
 LEASEJOBS_CONCURRENCY = {"io": "64", "cpu": "4"}
 
@@ -181,9 +185,11 @@ def latencies(ms: list[float]) -> dict[str, float]:
     return {"jobs": len(ms), "p50": cuts[49], "p95": cuts[94], "p99": cuts[98], "max": max(ms)}
 
 
-def one_row(conn: psycopg.Connection[tuple[Any, ...]], query: str) -> tuple[Any, ...]:
+def one_row(
+    conn: psycopg.Connection[tuple[Any, ...]], query: str, params: tuple[Any, ...] | None = None
+) -> tuple[Any, ...]:
     """The row of a statement that always returns one (an aggregate)."""
-    row = conn.execute(query).fetchone()
+    row = conn.execute(query, params).fetchone()
     assert row is not None, query
     return row
 
@@ -326,6 +332,75 @@ class PgQueuerBench:
         if done != jobs:
             raise RuntimeError(f"PgQueuer finished {done} of {jobs} jobs")
         return jobs / float(seconds)
+
+    async def _arrive(self, rate: float, stop: threading.Event) -> None:
+        """No-op jobs at ``rate`` per second until ``stop``, one bulk enqueue every 10 ms, as
+        ``leasejobs_bench``'s arrivals offer them (``bench/run.py``, ``_arriving``)."""
+        import asyncpg
+        from pgqueuer import Queries
+        from pgqueuer.db import AsyncpgDriver
+
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            queries = Queries(AsyncpgDriver(conn))
+            owed, next_at = 0.0, time.monotonic()
+            while not stop.is_set():
+                next_at += 0.01
+                owed += rate * 0.01
+                if (n := int(owed)) > 0:
+                    await queries.enqueue(["noop"] * n, [None] * n, [0] * n)
+                    owed -= n
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        finally:
+            await conn.close()
+
+    def flow(self, rate: float, seconds: float, processes: int, args: list[str]) -> dict[str, Any]:
+        """The database's cost per job finished while jobs arrive and leave at ``rate`` per
+        second for ``seconds`` (after ``FLOW_WARMUP``, a checkpoint just before the window), as
+        ``leasejobs_bench --pressure none`` measures leasejobs' clean phase."""
+        self.reset()
+        stop = threading.Event()
+        producer = threading.Thread(target=lambda: asyncio.run(self._arrive(rate, stop)), name="arrivals")
+        cmd = [sys.executable, str(HERE / "run_pgqueuer.py"), "peers:pgqueuer_factory", *args]
+        procs = [
+            subprocess.Popen(cmd, cwd=HERE, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            for _ in range(processes)
+        ]
+        try:
+            for proc in procs:
+                wait_connected(self.dsn, proc)
+            producer.start()
+            time.sleep(FLOW_WARMUP)
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                checkpointed = dbcost.checkpoint(conn)
+                before = dbcost.read(conn)
+                began = one_row(conn, "SELECT now()")[0]
+                time.sleep(seconds)
+                after = dbcost.read(conn)
+                ended = one_row(conn, "SELECT now()")[0]
+                finished = one_row(
+                    conn,
+                    "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+                    " AND created >= %s AND created < %s",
+                    (began, ended),
+                )[0]
+        finally:
+            stop.set()
+            if producer.is_alive():
+                producer.join()
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if not finished:
+            raise RuntimeError("PgQueuer finished no job in the flow's window")
+        cost = dbcost.per_job(before, after, {}, {}, int(finished), checkpointed=checkpointed)
+        cost["jobs_per_s"] = finished / seconds
+        return cost
 
 
 # -- procrastinate ----------------------------------------------------------------
@@ -548,6 +623,58 @@ def ab_defaults(args: argparse.Namespace, base: str) -> dict[str, Any]:
     }
 
 
+def flow_ab(args: argparse.Namespace, base: str) -> dict[str, Any]:
+    """The database's cost per job in a steady flow: leasejobs at its defaults (2 processes)
+    against PgQueuer's best configuration, no-op jobs arriving at ``--flow-rate`` per second
+    in bulk inserts every 10 ms, a ``--flow-seconds`` window after a checkpoint, alternating
+    ``--flow-ab`` rounds.
+
+    A processing run enqueues every job before the first claim, so pages fill
+    before any update needs room in them; in a flow, as production runs jobs,
+    each job is inserted, claimed and finished within milliseconds.
+    """
+    dsn = peer_dsn(base, "pgqueuer")
+    recreate_database(base, dsn)
+    pgqueuer = PgQueuerBench(dsn)
+    best = PGQUEUER_CONFIGS[-1]
+    rate, seconds = args.flow_rate, args.flow_seconds
+    rounds: list[dict[str, Any]] = []
+    for i in range(args.flow_ab):
+        print(f"... round {i + 1} of {args.flow_ab}: leasejobs, then PgQueuer {best[0]}", file=sys.stderr)
+        ours = run_leasejobs_bench(
+            args,
+            "--pressure",
+            "none",
+            "--rate",
+            str(rate),
+            "--phases",
+            f"{seconds:g},1,1",
+            "--workers",
+            "2",
+            "--concurrency",
+            "4",
+        )
+        peer = pgqueuer.flow(rate, seconds, best[1], best[2])
+        rounds.append({"leasejobs": ours["clean_database"], "pgqueuer": peer})
+    print(f"\nno-op jobs arriving at {rate:,.0f}/s, {seconds:g} s windows, two worker processes each\n")
+    ratios = []
+    for i, r in enumerate(rounds, 1):
+        a, b = r["leasejobs"], r["pgqueuer"]
+        ratios.append(a["wal_bytes"] / b["wal_bytes"])
+        print(f"round {i}  leasejobs  {database_text(a)}")
+        print(f"         PgQueuer   {database_text(b)}  ({b['jobs_per_s']:,.0f} jobs/s)")
+        print(f"         WAL ratio  {ratios[-1]:.2f}")
+    median = statistics.median(ratios)
+    print(f"\nmedian WAL per job, leasejobs / PgQueuer: {median:.2f}")
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "pgqueuer_config": best[0],
+        "rounds": rounds,
+        "median_ratio": median,
+    }
+
+
 def database_text(d: dict[str, Any]) -> str:
     """WAL, full-page images, transactions and row versions per job; PostgreSQL CPU where read."""
     text = (
@@ -600,6 +727,17 @@ def main() -> None:
         help="Only the idle enqueue-to-start latency of leasejobs and PgQueuer, one run each per "
         "round, alternating ROUNDS times (--latency-jobs jobs at --latency-rate).",
     )
+    parser.add_argument(
+        "--flow-ab",
+        type=int,
+        metavar="ROUNDS",
+        help="Only the database's cost per job in a steady flow (--flow-rate jobs/s, --flow-seconds "
+        "windows): leasejobs at its defaults against PgQueuer's best, alternating ROUNDS times.",
+    )
+    parser.add_argument(
+        "--flow-rate", type=float, default=2000.0, help="Jobs per second of --flow-ab (2,000)."
+    )
+    parser.add_argument("--flow-seconds", type=float, default=60.0, help="Window of --flow-ab, s (60).")
     args = parser.parse_args()
     work = Work(args.workload, {"io": args.io_seconds, "cpu": args.cpu_seconds}.get(args.workload, 0.0))
     base = os.environ.get("DATABASE_URL")
@@ -611,6 +749,13 @@ def main() -> None:
         figures = latency_ab(args, base)
         if args.json_out:
             args.json_out.write_text(json.dumps({"load_before": load, "latency_ab": figures}, indent=2))
+        return
+    if args.flow_ab:
+        flow = flow_ab(args, base)
+        if args.json_out:
+            args.json_out.write_text(
+                json.dumps({"load_before": load, "flow_ab": flow}, indent=2, default=str)
+            )
         return
     if args.ab:
         ab = ab_defaults(args, base)
