@@ -131,10 +131,13 @@ def test_a_claim_from_its_keys_does_not_walk_the_jobs_finished_under_a_pinned_ho
 
 
 def _backend(application_name: str) -> tuple[int, str] | None:
-    """The pid and state of the connection of this name, if it is open."""
+    """The pid and state of the connection of this name to the test's database, if it is open
+    (a test run beside this one, on another database, may name its worker alike)."""
     with psycopg.connect(**connection_params(), autocommit=True) as conn:
         row = conn.execute(
-            "SELECT pid, state FROM pg_stat_activity WHERE application_name = %s", [application_name]
+            "SELECT pid, state FROM pg_stat_activity"
+            " WHERE application_name = %s AND datname = current_database()",
+            [application_name],
         ).fetchone()
     return None if row is None else (int(row[0]), str(row[1]))
 
