@@ -438,20 +438,29 @@ class WorkerStore:
         The rows are written as one UPDATE (``sql.FINISH_WAITING``), which
         waits a moment for a row another transaction holds; past that moment
         (or in a deadlock) the batch is written again with ``sql.FINISH``,
-        which skips such a row and reports it unwritten. ``skipping``: go
-        straight to ``sql.FINISH`` (the batch holds a row skipped before:
-        waiting for it again would hold each batch up while it stays locked).
+        which skips such a row and reports it unwritten. An outcome
+        ``FINISH_WAITING`` did not write (a stale attempt, or a row another
+        transaction changed while it waited) is tried with ``sql.FINISH``,
+        which tells the two apart. ``skipping``: go straight to ``sql.FINISH``
+        (the batch holds a row skipped before: waiting for it again would
+        hold each batch up while it stays locked).
         """
-        params = finish_params(batch, self.worker_id, slotted=slotted)
         with self._finishing, self._ending_rows(a for a, _, _ in batch):
+            written: list[FinishRow] = []
             if not skipping:
                 try:
-                    rows = self._finish.execute(sql.FINISH_WAITING, params)
-                    return [FinishRow._make(row) for row in rows]
+                    rows = self._finish.execute(
+                        sql.FINISH_WAITING, finish_params(batch, self.worker_id, slotted=slotted)
+                    )
+                    written = [FinishRow._make(row) for row in rows]
+                    if len(written) == len(batch):
+                        return written
+                    done = {(row.id, row.attempt) for row in written}
+                    batch = [b for b in batch if (b[0].id, b[0].attempt) not in done]
                 except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
                     pass  # a row held elsewhere: write around it
-            rows = self._finish.execute(sql.FINISH, params)
-        return [FinishRow._make(row) for row in rows]
+            rows = self._finish.execute(sql.FINISH, finish_params(batch, self.worker_id, slotted=slotted))
+        return written + [FinishRow._make(row) for row in rows]
 
     def release(
         self, jobs: Sequence[tuple[Attempt, bool]], *, slotted: bool = True, tries: int = RELEASE_TRIES

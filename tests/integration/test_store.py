@@ -385,6 +385,44 @@ def test_a_finish_that_waited_for_a_row_checks_its_fence_on_the_newest_version(s
     assert (job.status, job.attempt, job.leased_by, job.result) == ("running", 2, "b", None)
 
 
+def test_a_finish_that_waited_for_a_row_writes_it_when_its_fence_still_holds(store):
+    """While the finish waits, the transaction holding the row changes it without taking the
+    job (an operator's cancel request) and commits: the outcome is written all the same.
+    The finish writes the row version it found, which is gone by then; the newest one is
+    written by ``FINISH``, which the store runs for every outcome left unwritten."""
+    job = record.enqueue(1)
+    s = store("a")
+    row = claim(s)[0]
+    other = psycopg.connect(**connection_params())
+    other.execute("UPDATE leasejobs_job SET cancel_requested = true WHERE id = %s", [job.id])
+    result: list[list] = []
+    finishing = threading.Thread(
+        target=lambda: result.append(
+            s.finish([(Attempt(row.id, row.attempt), Outcome(status="done", result='"kept"'), False)])
+        )
+    )
+    finishing.start()
+    try:
+        waited = False
+        deadline = time.monotonic() + 5
+        with psycopg.connect(**connection_params(), autocommit=True) as watcher:
+            while not waited and time.monotonic() < deadline:
+                waited = watcher.execute(
+                    "SELECT count(*) > 0 FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                    ["%waiting AS (%"],
+                ).fetchone()[0]
+                time.sleep(0.005)
+        other.commit()
+    finally:
+        other.close()
+        finishing.join(10)
+    assert waited, "the finish never waited for the row"
+    assert [(r.id, r.written, r.status) for r in result[0]] == [(job.id, True, "done")]
+    job.refresh_from_db()
+    assert (job.status, job.result, job.cancel_requested) == ("done", "kept", True)
+
+
 def test_array_literals_read_back_as_the_values_given():
     """The finish's arrays of numbers, booleans and statuses, cast by PostgreSQL as the statement does."""
     with psycopg.connect(**connection_params()) as conn:

@@ -6,8 +6,10 @@ written once; the texts the database receives must not change. The snapshot
 move: each of its texts must still be found, and no other text. Four texts
 in it were changed on purpose while the move was made (issue 28: a give-back
 of an unstarted job undoes its claim, a queued job out of runs ends at the
-claim, an admin release keeps its places): a text changed on purpose is
-changed in the snapshot in the same commit.
+claim, an admin release keeps its places); on 5 December the claims,
+heartbeat, finish and release began writing their rows by ``ctid``. A text
+changed on purpose is changed in the snapshot in the same commit
+(``python tests/unit/statements.py`` writes it).
 """
 
 import json

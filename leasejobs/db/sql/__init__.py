@@ -45,6 +45,24 @@ a join). None of them names ``finished_at``, the claim index's predicate
 (``finished_at IS NULL``), so the primary key is the only index left for the
 probe.
 
+Every UPDATE then writes the row versions its lookup found by their
+``ctid`` (a TID scan per row), never by joining its rows back to the table
+on ``id``: a VACUUM that ran while the table held no live row (a drained
+queue whose history was pruned) leaves ``reltuples`` at 0, the planner then
+prices a read of the whole table at one row, and the claim's UPDATE read
+the table once per claimed row (25 s for a claim of 1,000 jobs; 5 December,
+``tests/integration/test_stale_statistics.py``). The worker's connections
+turn sequential scans off, and no index reaches a row by ``ctid``, so the
+TID scan is the only plan left. A claim, a heartbeat, a finish after its
+lock and a release write a version they locked themselves: nobody can
+replace it before they do. (A claim's walk that finds a row changed and
+committed after the statement began locks its newest version, which is
+not in the statement's snapshot: that row is not written, so not claimed
+now, and is claimable again when the claim commits.) ``FINISH_WAITING`` writes without a lock; a
+version replaced while it waited is not written there (PostgreSQL does not
+follow a TID to the newer version), and the store writes that outcome with
+``FINISH``.
+
 A claim is a HOT update: it changes no column that an index holds or that
 an index's predicate names (status is in none; ``finished_at`` is, and a
 claim leaves it NULL), so it writes no index entry and its new row version

@@ -127,7 +127,7 @@ picked AS (
     -- order, so the rows arrive in claim order and the LIMIT stops the walks
     -- (and their locks) at the last row kept.
     SELECT c.* FROM levels AS l CROSS JOIN LATERAL (
-        SELECT id, priority, run_at, status = 'running' AS taken_over,
+        SELECT id, ctid AS tid, priority, run_at, status = 'running' AS taken_over,
                """
         + _ended("")
         + """ AS ended,
@@ -166,7 +166,7 @@ claimed AS (
 """
         + _CLAIM_SET
         + """    FROM kept AS p
-    WHERE j.id = p.id AND (SELECT setting FROM durable) IS NOT NULL  -- once, not per row
+    WHERE j.ctid = p.tid AND (SELECT setting FROM durable) IS NOT NULL  -- once, not per row
     RETURNING j.id, j.task_name, j.attempt, j.runs, j.max_attempts,
               j.queue, CASE WHEN p.ended IS NOT NULL THEN j.status END AS ended, j.last_error,
               p.counted, p.taken_over, j.priority, j.run_at,
@@ -265,7 +265,8 @@ WITH RECURSIVE levels(priority) AS (
 #: worker that claims many at once still starts them in priority order. The
 #: worker's claim connection turns sequential and bitmap scans off, so this
 #: is always a walk of the partial index that stops after ``limit`` rows,
-#: whatever the table's statistics say (see ``leasejobs.db.store``).
+#: whatever the table's statistics say (see ``leasejobs.db.store``); the
+#: UPDATE writes the versions the walk locked, by ``ctid`` (``leasejobs.db.sql``).
 #: ``waited`` (seconds from ``run_at`` to the claim, database clock) and
 #: ``trace_context`` feed the queue-time metric and the attempt's span.
 #:
@@ -429,7 +430,7 @@ open AS (
               LIMIT 1) < now())
 ),
 candidate AS (
-    SELECT j.id, j.queue, j.concurrency_key, j.concurrency_limit, j.priority, j.run_at,
+    SELECT j.id, j.ctid AS tid, j.queue, j.concurrency_key, j.concurrency_limit, j.priority, j.run_at,
            j.status = 'running' AS taken_over,
            """
     + _ended("j")
@@ -537,7 +538,7 @@ claimed AS (
 """
     + _CLAIM_SET
     + """    FROM chosen AS p
-    WHERE j.id = p.id AND (SELECT setting FROM durable) IS NOT NULL
+    WHERE j.ctid = p.tid AND (SELECT setting FROM durable) IS NOT NULL
     RETURNING j.id, j.task_name, j.attempt, j.runs, j.max_attempts,
               j.queue, CASE WHEN p.ended IS NOT NULL THEN j.status END AS ended, j.last_error,
               p.counted, p.taken_over, j.priority, j.run_at,

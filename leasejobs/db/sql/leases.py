@@ -33,10 +33,10 @@ WITH held AS (
          AS h(id, attempt, lease_seconds, slots)
 ),
 locked AS (
-    SELECT l.id, h.attempt
+    SELECT l.id, l.tid, h.attempt
     FROM held AS h
     CROSS JOIN LATERAL (
-        SELECT j.id FROM leasejobs_job AS j
+        SELECT j.id, j.ctid AS tid FROM leasejobs_job AS j
         {fence("h", 8)}
           AND (h.slots = 0 OR h.slots <= (
                   SELECT count(*) FROM leasejobs_slot AS s
@@ -51,7 +51,7 @@ renewed AS (
         heartbeat_at = clock_timestamp()
     FROM locked AS l
     JOIN held AS h ON h.id = l.id AND h.attempt = l.attempt
-    WHERE j.id = l.id
+    WHERE j.ctid = l.tid
     RETURNING j.id, j.attempt, j.cancel_requested, j.lease_until
 ),
 places AS (
@@ -172,10 +172,10 @@ settled AS (
 
 FINISH = f"""{_OUTCOME},
 locked AS (
-    SELECT l.id, o.attempt
+    SELECT l.id, l.tid, o.attempt
     FROM outcome AS o
     CROSS JOIN LATERAL (
-        SELECT j.id FROM leasejobs_job AS j
+        SELECT j.id, j.ctid AS tid FROM leasejobs_job AS j
         {fence("o", 8)}
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS l
@@ -183,7 +183,7 @@ locked AS (
 written AS (
 {_FINISH_SET}    FROM locked AS l
     JOIN outcome AS o ON o.id = l.id AND o.attempt = l.attempt
-    WHERE j.id = l.id
+    WHERE j.ctid = l.tid
     RETURNING j.id, j.attempt, j.queue, j.status, j.workflow_id
 ),
 {_AFTER_WRITTEN},
@@ -213,8 +213,9 @@ CROSS JOIN LATERAL (
 #: holds a batch up this long, once.
 FINISH_WAIT_MS = 200
 
-#: ``FINISH`` without its ``FOR NO KEY UPDATE SKIP LOCKED`` step: each row
-#: is updated where it matches the fence, as one UPDATE. Locking the rows
+#: ``FINISH`` without its ``FOR NO KEY UPDATE SKIP LOCKED`` step: each row's
+#: version that matches the fence is found (a primary-key probe, no lock) and
+#: updated by its ``ctid``, as one UPDATE. Locking the rows
 #: first, to skip any another transaction holds, wrote a lock record per
 #: job (54 B of WAL) and found each row twice: a fifth of the finish's
 #: PostgreSQL CPU, for a row that is almost never held by anyone else
@@ -224,18 +225,31 @@ FINISH_WAIT_MS = 200
 #: ``FINISH_WAIT_MS`` (``lock_timeout`` for this transaction only, set before
 #: the first row is written); then the statement fails with
 #: ``LockNotAvailable`` and the worker writes the batch with ``FINISH``,
-#: which skips that row and reports it. Fencing is the same: PostgreSQL
-#: re-checks a row it waited for on its newest version, so an attempt that
-#: moved on meanwhile (another claim, a release, a cancel that ended it)
-#: matches nothing. Returns the written rows only, as ``FINISH`` does; an
-#: outcome not returned belongs to a stale attempt.
+#: which skips that row and reports it. A row another transaction changed
+#: and committed while this one waited is not written (its version found is
+#: gone, and a TID scan does not follow it to the newer one), whatever the
+#: change: the store writes every outcome this statement did not with
+#: ``FINISH``, which checks the fence on the newest version, so an attempt
+#: that moved on meanwhile (another claim, a release, a cancel that ended it)
+#: matches nothing, and one that still holds the job (a cancel requested) is
+#: written. Returns the written rows only.
 FINISH_WAITING = f"""{_OUTCOME},
 waiting AS (
     SELECT set_config('lock_timeout', '{FINISH_WAIT_MS}', true) AS setting
 ),
+found AS (
+    SELECT o.*, f.tid
+    FROM outcome AS o
+    CROSS JOIN LATERAL (
+        SELECT j.ctid AS tid FROM leasejobs_job AS j
+        {fence("o", 8)}
+        LIMIT 1
+    ) AS f
+),
 written AS (
-{_FINISH_SET}    FROM outcome AS o
-    {fence("o", 4)}
+{_FINISH_SET}    FROM found AS o
+    WHERE j.ctid = o.tid AND j.attempt = o.attempt AND j.leased_by = %(worker_id)s
+      AND j.status = 'running'
       AND (SELECT setting FROM waiting) IS NOT NULL  -- once, before the first row
     RETURNING j.id, j.attempt, j.queue, j.status, j.workflow_id
 ),
@@ -272,10 +286,10 @@ WHERE EXISTS (
 #: released attempt are freed, and their queues NOTIFYed.
 RELEASE = f"""
 WITH mine AS (
-    SELECT l.id, h.attempt, h.refund
+    SELECT l.id, l.tid, h.attempt, h.refund
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(refunds)s::int[]) AS h(id, attempt, refund)
     CROSS JOIN LATERAL (
-        SELECT j.id FROM leasejobs_job AS j
+        SELECT j.id, j.ctid AS tid FROM leasejobs_job AS j
         {fence("h", 8)}
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS l
@@ -291,7 +305,7 @@ released AS (
                                                     THEN j.worker_ids - -1
                                                     ELSE j.worker_ids END
     FROM mine
-    WHERE j.id = mine.id
+    WHERE j.ctid = mine.tid
     RETURNING j.id, mine.attempt, j.queue, j.status
 ),
 freed AS (
