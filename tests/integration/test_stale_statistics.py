@@ -37,6 +37,7 @@ from leasejobs.db.store import (
     finish_params,
     heartbeat_settings,
 )
+from leasejobs.queues.controls import set_limits
 from tests.testapp.tasks import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -160,3 +161,26 @@ def test_a_release_reads_its_rows_not_the_table(stale):
         "slotted": False,
     }
     assert rows_handled(stale, FINISH_SETTINGS, sql.RELEASE, params) < bound()
+
+
+#: Places of the rate limit in the last test: a daily API quota.
+QUOTA = 20000
+
+
+def test_a_claim_under_a_large_limit_reads_its_rows_not_the_limits_places(stale):
+    """The places table's statistics stale too (VACUUMed empty, then a quota's places made):
+    the free-place probes still read the first free places, not every place of the limit."""
+    set_limits("default", rate=f"{QUOTA}/d")
+    stale.execute("ANALYZE leasejobs_slot")  # its columns' statistics, as autovacuum keeps them
+    stale.execute("CREATE TEMPORARY TABLE places AS SELECT * FROM leasejobs_slot")
+    stale.execute("DELETE FROM leasejobs_slot")
+    stale.execute("VACUUM (TRUNCATE false) leasejobs_slot")
+    stale.execute("INSERT INTO leasejobs_slot SELECT * FROM places")
+    pages, tuples, places = stale.execute(
+        "SELECT relpages, reltuples, (SELECT count(*) FROM leasejobs_slot)"
+        " FROM pg_class WHERE relname = 'leasejobs_slot'"
+    ).fetchone()
+    assert pages > 0 and tuples == 0 and places == QUOTA, "the places are not in the state this test is about"
+    params = {**claim(LIMITED_ROWS), "scan": LIMITED_ROWS}
+    handled = rows_handled(stale, CLAIM_SETTINGS, sql.CLAIM_LIMITED, params)
+    assert handled < bound(LIMITED_ROWS) * LIMITED_FACTOR

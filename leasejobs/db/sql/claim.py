@@ -368,19 +368,19 @@ ORDER BY c.priority DESC
 #: its queue's concurrency, its queue's rate, its key's concurrency).
 #:
 #: The places are taken in this statement. For each limit at stake,
-#: ``key_free`` and ``queue_free`` read its free places (free places: those
-#: whose ``COALESCE(held_until, '-infinity')`` is before ``now()``, one range
-#: of the index ``leasejobs_slot_free``, so held places are never read) and
-#: lock at most as many as candidates need, ``FOR UPDATE SKIP LOCKED``; a
-#: queue limit's, at most the claim's ``limit``. A claim's cost follows its
-#: candidates, not the size of the limit: locking every free place made
-#: each claim under a ``100000/d`` rate take 2 s and write 5.4 MB of WAL
-#: (issue 28). A place another claim is taking right now is locked and
-#: skipped; one taken and committed since this statement's snapshot is
-#: re-read under the lock (PostgreSQL re-checks a locked row's conditions on
-#: its newest version) and is no longer free. So two claims never take one
-#: place, whatever the snapshots saw: this is what a count of running rows
-#: in a CTE cannot give (PgQueuer #761).
+#: ``key_free`` and ``queue_free`` read its free places (``COALESCE(held_until,
+#: '-infinity')`` before ``now()``: one range of the index ``leasejobs_slot_free``;
+#: the bound ``n + 0`` keeps plans off the unique index, which walked all of a
+#: quota's places while statistics called the table empty) and lock at most as
+#: many as candidates need, ``FOR UPDATE SKIP LOCKED``; a queue limit's, at most
+#: the claim's ``limit``. A claim's cost follows its candidates, not the size of
+#: the limit: locking every free place made each claim under a ``100000/d`` rate
+#: take 2 s and 5.4 MB of WAL (issue 28). A place another claim is taking right
+#: now is locked and skipped; one taken and committed since this statement's
+#: snapshot is re-read under the lock (PostgreSQL re-checks a locked row's
+#: conditions on its newest version) and is no longer free. So two claims never
+#: take one place, whatever the snapshots saw, which a count of running rows in
+#: a CTE cannot promise (PgQueuer #761).
 #:
 #: Candidates are ranked within each limit in claim order, free places are
 #: numbered within each limit, and the k-th candidate of a limit gets its
@@ -420,12 +420,12 @@ open AS (
     SELECT c.name FROM ctl AS c
     WHERE (c.concurrency IS NULL OR (
               SELECT COALESCE(s.held_until, '-infinity'::timestamptz) FROM leasejobs_slot AS s
-              WHERE s.kind = 'concurrency' AND s.name = c.name AND s.n <= c.concurrency
+              WHERE s.kind = 'concurrency' AND s.name = c.name AND s.n + 0 <= c.concurrency
               ORDER BY COALESCE(s.held_until, '-infinity'::timestamptz)
               LIMIT 1) < now())
       AND (c.rate_count IS NULL OR (
               SELECT COALESCE(s.held_until, '-infinity'::timestamptz) FROM leasejobs_slot AS s
-              WHERE s.kind = 'rate' AND s.name = c.name AND s.n <= c.rate_count
+              WHERE s.kind = 'rate' AND s.name = c.name AND s.n + 0 <= c.rate_count
               ORDER BY COALESCE(s.held_until, '-infinity'::timestamptz)
               LIMIT 1) < now())
 ),
@@ -446,7 +446,7 @@ candidate AS (
                AND j.queue NOT IN (SELECT name FROM paused)))
       AND (j.concurrency_key IS NULL OR (
               SELECT COALESCE(s.held_until, '-infinity'::timestamptz) FROM leasejobs_slot AS s
-              WHERE s.kind = 'key' AND s.name = j.concurrency_key AND s.n <= j.concurrency_limit
+              WHERE s.kind = 'key' AND s.name = j.concurrency_key AND s.n + 0 <= j.concurrency_limit
               ORDER BY COALESCE(s.held_until, '-infinity'::timestamptz)
               LIMIT 1) < now())
     ORDER BY j.priority DESC, j.run_at, j.id
@@ -468,7 +468,7 @@ key_free AS (
     FROM (SELECT name, count(*) AS places, max(lim) AS lim FROM key_need GROUP BY name) AS w
     CROSS JOIN LATERAL (
         SELECT s.n FROM leasejobs_slot AS s
-        WHERE s.kind = 'key' AND s.name = w.name AND s.n <= w.lim
+        WHERE s.kind = 'key' AND s.name = w.name AND s.n + 0 <= w.lim
           AND COALESCE(s.held_until, '-infinity'::timestamptz) < now()
         ORDER BY COALESCE(s.held_until, '-infinity'::timestamptz)
         LIMIT w.places
@@ -504,7 +504,7 @@ queue_free AS (
           FROM queue_need GROUP BY kind, name) AS w
     CROSS JOIN LATERAL (
         SELECT s.n FROM leasejobs_slot AS s
-        WHERE s.kind = w.kind AND s.name = w.name AND s.n <= w.lim
+        WHERE s.kind = w.kind AND s.name = w.name AND s.n + 0 <= w.lim
           AND COALESCE(s.held_until, '-infinity'::timestamptz) < now()
         ORDER BY COALESCE(s.held_until, '-infinity'::timestamptz)
         LIMIT w.places
