@@ -167,20 +167,54 @@ def test_a_release_reads_its_rows_not_the_table(stale):
 QUOTA = 20000
 
 
-def test_a_claim_under_a_large_limit_reads_its_rows_not_the_limits_places(stale):
-    """The places table's statistics stale too (VACUUMed empty, then a quota's places made):
-    the free-place probes still read the first free places, not every place of the limit."""
-    set_limits("default", rate=f"{QUOTA}/d")
-    stale.execute("ANALYZE leasejobs_slot")  # its columns' statistics, as autovacuum keeps them
-    stale.execute("CREATE TEMPORARY TABLE places AS SELECT * FROM leasejobs_slot")
-    stale.execute("DELETE FROM leasejobs_slot")
-    stale.execute("VACUUM (TRUNCATE false) leasejobs_slot")
-    stale.execute("INSERT INTO leasejobs_slot SELECT * FROM places")
-    pages, tuples, places = stale.execute(
+def stale_places(conn: psycopg.Connection[Any], **limits: Any) -> None:
+    """Give the queue ``default`` these limits, with the places table's statistics stale:
+    its columns analyzed, then the places deleted, VACUUMed without truncation (``reltuples``
+    0 over its pages) and put back."""
+    set_limits("default", **limits)
+    conn.execute("ANALYZE leasejobs_slot")  # its columns' statistics, as autovacuum keeps them
+    conn.execute("CREATE TEMPORARY TABLE places AS SELECT * FROM leasejobs_slot")
+    conn.execute("DELETE FROM leasejobs_slot")
+    conn.execute("VACUUM (TRUNCATE false) leasejobs_slot")
+    conn.execute("INSERT INTO leasejobs_slot SELECT * FROM places")
+    pages, tuples, places = conn.execute(
         "SELECT relpages, reltuples, (SELECT count(*) FROM leasejobs_slot)"
         " FROM pg_class WHERE relname = 'leasejobs_slot'"
     ).fetchone()
     assert pages > 0 and tuples == 0 and places == QUOTA, "the places are not in the state this test is about"
+
+
+def test_a_claim_under_a_large_limit_reads_its_rows_not_the_limits_places(stale):
+    """The free-place probes read the first free places, not every place of the limit."""
+    stale_places(stale, rate=f"{QUOTA}/d")
     params = {**claim(LIMITED_ROWS), "scan": LIMITED_ROWS}
     handled = rows_handled(stale, CLAIM_SETTINGS, sql.CLAIM_LIMITED, params)
     assert handled < bound(LIMITED_ROWS) * LIMITED_FACTOR
+
+
+def test_the_places_of_held_jobs_are_renewed_and_freed_by_their_own_rows(stale):
+    """A heartbeat and a finish of jobs holding places find each attempt's places by its job,
+    not by reading every place of the limit."""
+    stale_places(stale, concurrency=QUOTA)
+    with stale.transaction():
+        for name, value in CLAIM_SETTINGS.items():
+            stale.execute("SELECT set_config(%s, %s, true)", [name, value])
+        rows = stale.execute(sql.CLAIM_LIMITED, {**claim(LIMITED_ROWS), "scan": LIMITED_ROWS}).fetchall()
+    assert len(rows) == LIMITED_ROWS
+    held = [(row[0], row[4], row[16]) for row in rows]  # id, attempt, places
+    assert all(places == 1 for _, _, places in held)
+    beat = {
+        "ids": [i for i, _, _ in held],
+        "attempts": [a for _, a, _ in held],
+        "lease_seconds": [30.0] * len(held),
+        "slots": [p for _, _, p in held],
+        "slotted": True,
+        "worker_id": "w",
+    }
+    assert rows_handled(stale, heartbeat_settings(5), sql.HEARTBEAT, beat) < bound(LIMITED_ROWS)
+    outcomes = finish_params(
+        [(Attempt(i, a), Outcome(status="done"), 0) for i, a, _ in held], "w", slotted=True
+    )
+    for statement in ("FINISH", "FINISH_WAITING"):
+        handled = rows_handled(stale, FINISH_SETTINGS, getattr(sql, statement), outcomes)
+        assert handled < bound(LIMITED_ROWS), statement

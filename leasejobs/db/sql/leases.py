@@ -3,7 +3,7 @@
 Each finds its rows by primary key (see ``leasejobs.db.sql``) and writes only
 while the attempt still holds the job (``fragments.fence``)."""
 
-from leasejobs.db.sql.fragments import FREE_PLACES, fence, notify_queues
+from leasejobs.db.sql.fragments import FREE_PLACES, fence, held_places, notify_queues
 from leasejobs.db.sql.workflows import settle
 
 #: Extend the lease of every job this worker holds, in one statement per tick.
@@ -61,8 +61,8 @@ places AS (
     -- another claim take it while this body still runs. A place names its
     -- job and attempt, so a stale attempt renews only its own old place.
     UPDATE leasejobs_slot AS s SET held_until = clock_timestamp() + make_interval(secs => h.lease_seconds)
-    FROM held AS h
-    WHERE %(slotted)s AND s.job_id = h.id AND s.attempt = h.attempt AND s.kind <> 'rate'
+    FROM {held_places("held", "h")}
+    WHERE s.ctid = h.tid
     RETURNING s.job_id, s.attempt
 ),
 unrenewed AS MATERIALIZED (
@@ -159,8 +159,8 @@ _FINISH_SET = """\
 _AFTER_WRITTEN = f"""\
 freed AS (
     {FREE_PLACES}
-    FROM written AS w
-    WHERE %(slotted)s AND s.job_id = w.id AND s.attempt = w.attempt AND s.kind <> 'rate'
+    FROM {held_places("written", "w")}
+    WHERE s.ctid = w.tid
     RETURNING w.queue
 ),
 woken AS (
@@ -310,8 +310,8 @@ released AS (
 ),
 freed AS (
     {FREE_PLACES}
-    FROM released AS r
-    WHERE %(slotted)s AND s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
+    FROM {held_places("released", "r")}
+    WHERE s.ctid = r.tid
     RETURNING r.queue
 ),
 woken AS (
