@@ -218,3 +218,7 @@ def test_the_places_of_held_jobs_are_renewed_and_freed_by_their_own_rows(stale):
     for statement in ("FINISH", "FINISH_WAITING"):
         handled = rows_handled(stale, FINISH_SETTINGS, getattr(sql, statement), outcomes)
         assert handled < bound(LIMITED_ROWS), statement
+    # A body's side-effect block renews its lease and places on Django's connection.
+    job_id, attempt, _ = held[0]
+    renew = {"job_id": job_id, "attempt": attempt, "worker_id": "w", "lease_seconds": 30.0}
+    assert rows_handled(stale, {}, sql.RENEW_LEASE, renew) < FIXED

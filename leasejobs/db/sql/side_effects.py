@@ -22,7 +22,10 @@ FROM leasejobs_job AS j WHERE j.id = %(job_id)s FOR SHARE OF j
 #: that ran out while its job's lease lives would let one job too many run.
 #: Returns how many job rows (1 or 0) and places were renewed: a place that
 #: is no longer this attempt's (taken while its worker was paused) fails the
-#: fence, and the block rolls back.
+#: fence, and the block rolls back. The places are named by the parameters,
+#: not joined to the renewed row: while the places table's statistics said
+#: it was empty, that join read every place of a limit (100,000 of a quota:
+#: 44 ms for each block instead of 0.4).
 RENEW_LEASE = """
 WITH renewed AS (
     UPDATE leasejobs_job SET
@@ -32,9 +35,9 @@ WITH renewed AS (
     RETURNING id, attempt, lease_until
 ),
 places AS (
-    UPDATE leasejobs_slot AS s SET held_until = r.lease_until
-    FROM renewed AS r
-    WHERE s.job_id = r.id AND s.attempt = r.attempt AND s.kind <> 'rate'
+    UPDATE leasejobs_slot AS s SET held_until = (SELECT lease_until FROM renewed)
+    WHERE s.job_id = %(job_id)s AND s.attempt = %(attempt)s AND s.kind <> 'rate'
+      AND EXISTS (SELECT 1 FROM renewed)
     RETURNING s.n
 )
 SELECT (SELECT count(*) FROM renewed), (SELECT count(*) FROM places)
