@@ -126,8 +126,8 @@ class Job(models.Model):
 
     class Meta:
         db_table = "leasejobs_job"
-        # Besides these, migration 0012 makes leasejobs_job_task_bloom, a BRIN
-        # bloom index on task_name for the admin's search by task name
+        # Besides these, migrations 0012 and 0014 make leasejobs_job_task_bloom, a
+        # BRIN bloom index on task_name for the admin's search by task name
         # (leasejobs.admin.task_search), in SQL: Django's BrinIndex would ask
         # every project to install django.contrib.postgres.
         indexes = [
