@@ -68,6 +68,7 @@ from leasejobs.worker.slots import (
     STOPPED,
     TIMED_OUT,
     SlotTable,
+    flags_of,
 )
 
 logger = logging.getLogger("leasejobs.worker")
@@ -115,16 +116,15 @@ def _ignore(signum: int, frame: FrameType | None) -> None:
 class SlotView:
     """One body's view of its slot, given to its ``JobContext``."""
 
-    __slots__ = ("_slot", "_slots", "index", "seq")
+    __slots__ = ("_slot", "index", "seq")
 
     def __init__(self, slots: SlotTable, index: int, seq: int) -> None:
-        self._slots = slots
         self._slot = slots[index]
         self.index = index
         self.seq = seq
 
     def flags(self) -> int:
-        return self._slots.flags(self.index, self.seq)
+        return flags_of(self._slot, self.seq)
 
     def block_started(self, places: int) -> None:
         self._slot.block = BLOCK_WITH_PLACES if places else BLOCK_ROW_LOCKED
@@ -321,7 +321,7 @@ class Child:
             self._in_body = False
             self.slot.running = 0
         lost = str(ran.raised) if isinstance(ran.raised, LeaseLost) and ran.outcome is None else None
-        stopped = ran.stopped or bool(self.slots.flags(self.index, job.seq) & _STOP_FLAGS)
+        stopped = ran.stopped or bool(flags_of(self.slot, job.seq) & _STOP_FLAGS)
         strays = self._strays()
         outcome = ran.outcome
         left_open = _roll_back_open_transactions(self._databases)

@@ -85,7 +85,11 @@ class SlotTable:
     def __init__(self, count: int) -> None:
         self.count = count
         self._map = mmap.mmap(-1, max(1, count) * ctypes.sizeof(Slot))
-        self._slots = (Slot * count).from_buffer(self._map)
+        table = (Slot * count).from_buffer(self._map)
+        #: Each slot's view and its ring's, made once: indexing a ctypes array makes a new
+        #: object each time, half the cost of a child's ``keep_done`` per body.
+        self._slots: list[Slot] = [table[i] for i in range(count)]
+        self._rings = [(slot.kept_seq, slot.kept_seconds) for slot in self._slots]
 
     def __getitem__(self, index: int) -> Slot:
         slot: Slot = self._slots[index]
@@ -124,10 +128,7 @@ class SlotTable:
 
     def flags(self, index: int, seq: int) -> int:
         """The flags raised for the job ``seq`` (0 if none, or if they are another job's)."""
-        slot = self._slots[index]
-        flag_seq = slot.flag_seq
-        flags = slot.flags
-        return flags if flag_seq == seq and slot.flag_seq == seq else 0
+        return flags_of(self._slots[index], seq)
 
     def keep_done(self, index: int, seq: int, seconds: float) -> None:
         """Keep the job ``seq`` as plainly done in ``seconds`` (the child; its report is not sent
@@ -135,8 +136,9 @@ class SlotTable:
         between the two has kept nothing."""
         slot = self._slots[index]
         count = slot.kept_count
-        slot.kept_seq[count % KEPT_RING] = seq
-        slot.kept_seconds[count % KEPT_RING] = seconds
+        seqs, times = self._rings[index]
+        seqs[count % KEPT_RING] = seq
+        times[count % KEPT_RING] = seconds
         slot.kept_count = count + 1
 
     # -- read by the supervisor once the child is dead ----------------------------
@@ -174,3 +176,14 @@ class SlotTable:
         if slot.block_seq == seq:
             deadline = max(deadline, slot.block_deadline)
         return seq if now > deadline and slot.running == seq else 0
+
+
+def flags_of(slot: Slot, seq: int) -> int:
+    """The flags raised in ``slot`` for the job ``seq`` (0 if none, or if they are another job's).
+
+    The job's number is read before and after the flags: a flag written for
+    the next job between the two reads is not taken for this one's.
+    """
+    flag_seq = slot.flag_seq
+    flags = slot.flags
+    return flags if flag_seq == seq and slot.flag_seq == seq else 0
