@@ -27,10 +27,11 @@ from typing import Any
 import psycopg
 
 from leasejobs.db.sql.claim import FRONT_LOOK
+from leasejobs.db.store import LOOKUP_PLANS
 
 QUEUE = "pinned-front"
-#: The claim connection's settings that matter here (``leasejobs.db.store.CLAIM_SETTINGS``).
-CLAIM_OPTIONS = "-c enable_seqscan=off -c enable_bitmapscan=off -c jit=off"
+#: The claim connection's plan settings (``leasejobs.db.store.CLAIM_SETTINGS``).
+CLAIM_OPTIONS = " ".join(f"-c {name}={value}" for name, value in LOOKUP_PLANS.items())
 
 FRONT = """
 SELECT id FROM leasejobs_job WHERE status IN ('queued', 'running') AND finished_at IS NULL
