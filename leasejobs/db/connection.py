@@ -225,6 +225,14 @@ class WorkerConnection:
         self._failures = 0
         return self._conn
 
+    def open(self) -> None:
+        """Open the connection now unless it is open, waiting out the reconnect backoff
+        (raises if it cannot): for a caller that must hold nothing back while the database
+        is away (``WorkerStore.finish`` keeps its rows out of the heartbeat only while it
+        writes them)."""
+        with self._lock:
+            self.connect()
+
     def _prepare_threshold(self) -> int | None:
         """0 (prepare at first use) on a direct connection; None through a transaction pooler.
 

@@ -401,6 +401,20 @@ class WorkerStore:
         return [BeatRow._make(row) for row in rows]
 
     @contextlib.contextmanager
+    def _writing_ends(self, attempts: Iterable[Attempt]) -> Iterator[None]:
+        """The finish connection, open, with these attempts marked as being ended.
+
+        Opened before they are marked: a connection refused waits out its
+        backoff (up to 5 s) while the heartbeat still renews their leases. Marked
+        while it waited, a finish that could not reconnect let them run out and
+        the job ran again.
+        """
+        with self._finishing:
+            self._finish.open()
+            with self._ending_rows(attempts):
+                yield
+
+    @contextlib.contextmanager
     def _ending_rows(self, attempts: Iterable[Attempt]) -> Iterator[None]:
         """Mark these attempts as being ended (finish, release), once no heartbeat writes them."""
         mine = set(attempts)
@@ -448,7 +462,7 @@ class WorkerStore:
         (the batch holds a row skipped before: waiting for it again would
         hold each batch up while it stays locked).
         """
-        with self._finishing, self._ending_rows(a for a, _, _ in batch):
+        with self._writing_ends(a for a, _, _ in batch):
             written: list[FinishRow] = []
             if not skipping:
                 try:
@@ -482,7 +496,7 @@ class WorkerStore:
         for again in range(tries):
             if again:
                 time.sleep(RELEASE_RETRY_SECONDS)
-            with self._finishing, self._ending_rows(a for a, _ in left):
+            with self._writing_ends(a for a, _ in left):
                 rows = self._release_rows(left, slotted)
             released |= {Attempt(job_id, attempt) for job_id, attempt in rows}
             left = [job for job in left if job[0] not in released]

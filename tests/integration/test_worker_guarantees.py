@@ -15,6 +15,7 @@ from tests.connection_budget import many_connections
 from tests.helpers import WorkerProcess, wait_until
 from tests.testapp.models import BodyRun, Sent
 from tests.testapp.tasks import (
+    add,
     big_effect_data,
     big_result,
     effect_after_file,
@@ -396,3 +397,56 @@ def test_8_a_lease_is_stamped_when_the_claim_got_its_rows(start_worker):
     wait_until(lambda: runs(job) == 1, timeout=30, what="the job starts")
     job = job_now(job)
     assert job.lease_until >= released + dt.timedelta(seconds=29.5), (job.lease_until, released)
+
+
+# -- 9: a finish that cannot reach the database --------------------------------------
+
+
+def test_9_a_finish_that_cannot_reconnect_leaves_its_jobs_leases_to_the_heartbeat(start_worker):
+    """The finish connection is lost while the database refuses new connections (its
+    ``max_connections`` reached, a failover under way): the finisher waits to reconnect,
+    and the heartbeat, on its own open connection, keeps the attempt's 3 s lease the while.
+
+    On 929368f the finish marked its attempts as being written (which keeps them out of
+    every heartbeat) before it waited out its reconnect backoff, up to 5 s, inside the
+    statement call: the lease ran out, the worker claimed its own job again and ran its
+    body a second time. A callback that ended while clients were too many ran five times
+    and failed "worker calm stopped heartbeating" (test_workflow_storm, 5 December).
+    """
+    import psycopg
+    from psycopg import sql
+
+    from leasejobs.db.connection import connection_params
+
+    warm = add.enqueue(1, 1)
+    worker = start_worker("--lease", "3", "--concurrency", "1", "--worker-id", "cut")
+    wait_until(lambda: job_now(warm).status == "done", timeout=30, what="the warm-up job is done")
+    params = connection_params()
+    database = sql.Identifier(params["dbname"])
+    # A database's connections are barred from another database's session.
+    with (
+        psycopg.connect(**params, autocommit=True) as admin,
+        psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True) as server,
+    ):
+        (finish_pid,) = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'leasejobs finish cut'"
+        ).fetchone()
+        server.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(database))
+        try:
+            admin.execute("SELECT pg_terminate_backend(%s)", [finish_pid])
+            job = add.enqueue(2, 2)
+
+            def attempt() -> tuple[str, int, int]:
+                return admin.execute(
+                    "SELECT status, attempt, runs FROM leasejobs_job WHERE id = %s", [job.id]
+                ).fetchone()
+
+            wait_until(lambda: attempt()[2] == 1, timeout=30, what="the job is claimed")
+            worker.wait_for_log("finish failed", timeout=30)
+            time.sleep(4 * 3)  # four leases of waiting to reconnect
+            assert attempt() == ("running", 1, 1)
+        finally:
+            server.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(database))
+    wait_until(lambda: job_now(job).status == "done", timeout=30, what="the job is done")
+    job = job_now(job)
+    assert (job.attempt, job.runs, job.result) == (1, 1, 4), (job.attempt, job.runs, job.last_error)
