@@ -9,7 +9,7 @@ let a stale worker's writes match again (only the worker's own ``RELEASE``
 of a claim whose body never started does, see ``leases.RELEASE``).
 """
 
-from leasejobs.db.sql.fragments import NEVER, notify_queues
+from leasejobs.db.sql.fragments import COUNTER_END, NEVER, notify_queues
 from leasejobs.db.sql.workflows import settle
 
 #: Give a running job's lease back now: queued again, claimable at once (the
@@ -81,6 +81,7 @@ WITH retried AS (
     FROM unnest(%(ids)s::bigint[], %(statuses)s::text[], %(attempts)s::int[]) AS s(id, status, attempt)
     WHERE j.id = s.id AND j.status = s.status AND j.attempt = s.attempt
       AND j.status IN ('queued', 'failed', 'cancelled')
+      AND j.runs < {COUNTER_END} AND j.attempt < {COUNTER_END}  -- (a row one more run would overflow)
     RETURNING j.id, j.attempt, j.leased_by, j.queue, j.workflow_id
 ),
 restored AS (

@@ -51,7 +51,7 @@ agg AS (
                ORDER BY extract(epoch FROM started_at - run_at)) AS p
     FROM leasejobs_job
     WHERE status IN ('done', 'failed', 'cancelled') AND finished_at >= (SELECT min(t) FROM buckets)
-      AND started_at IS NOT NULL
+      AND started_at IS NOT NULL AND isfinite(run_at)  -- '-infinity' (by SQL) has no queue time
     GROUP BY 1
 )
 SELECT b.t, a.p[1], a.p[2]

@@ -1,20 +1,16 @@
 """Claim: the worker's claim connection takes jobs, plain or under queue controls."""
 
-from leasejobs.db.sql.fragments import NEVER
+from leasejobs.db.sql.fragments import COUNTER_END, NEVER, seconds_waited
 from leasejobs.db.sql.workflows import settle
-
-#: The largest value of an ``integer`` column, less one: a row whose attempt or
-#: run counter has reached it (written by hand, or by SQL) cannot be claimed
-#: again, since the claim's ``+ 1`` would fail the whole statement.
-_COUNTER_END = 2**31 - 2
 
 
 def _ended(alias: str) -> str:
     """Why a claimable row ends at the claim instead of running (NULL: it runs).
 
     ``cancelled``: a cancel is pending (its lease ran out first, or it was given
-    back unfinished); ``exhausted``:
-    a counter at its end; ``failed``: its runs are used up, by an expired
+    back unfinished); ``exhausted``: a counter at its end; ``keyless``: a
+    concurrency key written by SQL without a limit of at least 1 (both end
+    ``failed``); ``failed``: its runs are used up, by an expired
     lease on the last run (a job that kills its worker cannot loop forever)
     or a last run given back with its run counted (a body stopped at the end
     of a stop's grace, a lease released from the admin): at most
@@ -22,7 +18,9 @@ def _ended(alias: str) -> str:
     """
     a = f"{alias}." if alias else ""
     return f"""CASE WHEN {a}cancel_requested THEN 'cancelled'
-                    WHEN {a}attempt >= {_COUNTER_END} OR {a}runs >= {_COUNTER_END} THEN 'exhausted'
+                    WHEN {a}attempt >= {COUNTER_END} OR {a}runs >= {COUNTER_END} THEN 'exhausted'
+                    WHEN {a}concurrency_key IS NOT NULL AND COALESCE({a}concurrency_limit, 0) < 1
+                         THEN 'keyless'
                     WHEN {a}runs >= {a}max_attempts THEN 'failed' END"""
 
 
@@ -30,7 +28,8 @@ def _ended(alias: str) -> str:
 #: fresh lease, or the end of a job that must not run again (``p.ended``).
 #: ``p.counted``: its run counts now. Shared by ``CLAIM`` and ``CLAIM_LIMITED``.
 _CLAIM_SET = """
-        status       = CASE p.ended WHEN 'exhausted' THEN 'failed' ELSE COALESCE(p.ended, 'running') END,
+        status       = CASE WHEN p.ended IN ('exhausted', 'keyless') THEN 'failed'
+                            ELSE COALESCE(p.ended, 'running') END,
         attempt      = CASE WHEN p.ended IS NULL THEN j.attempt + 1 ELSE j.attempt END,
         runs         = CASE WHEN p.ended IS NULL AND p.counted THEN j.runs + 1 ELSE j.runs END,
         lease_until  = CASE WHEN p.ended IS NULL
@@ -73,6 +72,9 @@ _CLAIM_SET = """
                             WHEN 'exhausted' THEN 'its attempt (' || j.attempt || ') or run ('
                                  || j.runs || ') counter is at the largest integer: '
                                  || 'it cannot be claimed again'
+                            WHEN 'keyless' THEN 'its concurrency key ' || j.concurrency_key
+                                 || ' has no limit of at least 1 (concurrency_limit '
+                                 || COALESCE(j.concurrency_limit::text, 'NULL') || '): it can never run'
                             ELSE j.last_error END
 """
 
@@ -179,7 +181,9 @@ claimed AS (
         + _SETTLED
         + """
 SELECT id, task_name, args, kwargs, attempt, runs, max_attempts, queue, ended, last_error,
-       counted, taken_over, extract(epoch FROM statement_timestamp() - run_at)::float8 AS waited,
+       counted, taken_over, """
+        + seconds_waited("run_at")
+        + """ AS waited,
        trace_context, snoozes, retry_policy, 0 AS slots, bytes, priority, run_at::text
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0
@@ -221,10 +225,8 @@ WITH RECURSIVE levels(priority) AS (
 #: ``run_at`` is never later than its claim, so an expired lease is still
 #: found inside the bound, except after a durable sleep or wait of its body
 #: (``leasejobs.db.sql.steps``), which sets it to when the job is due again:
-#: its lease, if its worker died before the finish, is found then, and not
-#: before, on purpose. (A hand-written UPDATE would hide an expired lease too.)
-#: Each priority in use costs one probe and a few pages per claim, even when
-#: it holds only jobs scheduled later: at most 201 (``PRIORITY_RANGE``).
+#: its lease, if its worker died before the finish, is found then, on purpose.
+#: Each priority in use costs one probe and a few pages per claim (at most 201).
 #:
 #: A claim bumps ``attempt`` (the fencing token) and stamps the lease from
 #: the database clock at the moment the rows were locked
@@ -248,7 +250,6 @@ WITH RECURSIVE levels(priority) AS (
 #: before it could end it).
 #:
 #: ``job_id`` (None for workers) claims that one job only: ``leasejobs.testing.run_job``.
-#:
 #: The arguments come back as JSON text, never parsed by the worker (the
 #: child that runs the body reads them, so a value Python refuses fails that
 #: job alone). A claim keeps rows, in claim order, while their arguments fit
@@ -256,8 +257,7 @@ WITH RECURSIVE levels(priority) AS (
 #: settings, not its jobs. A row whose arguments are larger than
 #: ``max_row_bytes`` comes back without them, to be failed.
 #:
-#: Due means by this statement's time (``statement_timestamp()``, which a
-#: worker's one-statement transaction shares with ``now()``): a job enqueued
+#: Due means by this statement's time (``statement_timestamp()``): a job enqueued
 #: inside a long transaction is stamped with its statement's time, and
 #: ``leasejobs.testing`` claims inside the test's own transaction.
 #:
@@ -267,8 +267,8 @@ WITH RECURSIVE levels(priority) AS (
 #: is always a walk of the partial index that stops after ``limit`` rows,
 #: whatever the table's statistics say (see ``leasejobs.db.store``); the
 #: UPDATE writes the versions the walk locked, by ``ctid`` (``leasejobs.db.sql``).
-#: ``waited`` (seconds from ``run_at`` to the claim, database clock) and
-#: ``trace_context`` feed the queue-time metric and the attempt's span.
+#: ``waited`` (seconds from ``run_at`` to the claim) and ``trace_context`` feed the
+#: queue-time metric and the attempt's span.
 #:
 #: Queue controls: this claim leaves alone every job with a concurrency key
 #: and every job of a paused or limited queue (read from ``leasejobs_queue``
@@ -401,10 +401,9 @@ ORDER BY c.priority DESC
 CLAIM_LIMITED = (
     """
 WITH ctl AS (
-    -- A rate window longer than controls.MAX_RATE_WINDOW_SECONDS (366 days),
-    -- refused where rates are set, could still be written by hand: read as
-    -- 366 days, not added to a timestamp past PostgreSQL's range.
-    SELECT name, concurrency, rate_count, LEAST(rate_seconds, 31622400) AS rate_seconds
+    -- A rate window written by hand outside 0 to 366 days (refused where rates are set)
+    -- is read within them: never added to a timestamp past PostgreSQL's range.
+    SELECT name, concurrency, rate_count, GREATEST(LEAST(rate_seconds, 31622400), 0) AS rate_seconds
     FROM leasejobs_queue
     WHERE NOT paused AND (concurrency IS NOT NULL OR rate_count IS NOT NULL)
       AND (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
@@ -437,14 +436,14 @@ candidate AS (
     + """ AS ended
     FROM leasejobs_job AS j
     WHERE j.finished_at IS NULL
-      AND ((j.status = 'queued' AND j.run_at <= statement_timestamp())
-           OR (j.status = 'running' AND j.lease_until < statement_timestamp()))
+      AND j.run_at <= statement_timestamp()  -- as CLAIM: a durable sleep's run_at is its end
+      AND (j.status = 'queued' OR j.lease_until < statement_timestamp())
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
       AND (j.queue IN (SELECT name FROM open)
            OR (j.concurrency_key IS NOT NULL
                AND j.queue NOT IN (SELECT name FROM ctl)
                AND j.queue NOT IN (SELECT name FROM paused)))
-      AND (j.concurrency_key IS NULL OR (
+      AND (j.concurrency_key IS NULL OR COALESCE(j.concurrency_limit, 0) < 1 OR (
               SELECT COALESCE(s.held_until, '-infinity'::timestamptz) FROM leasejobs_slot AS s
               WHERE s.kind = 'key' AND s.name = j.concurrency_key AND s.n + 0 <= j.concurrency_limit
               ORDER BY COALESCE(s.held_until, '-infinity'::timestamptz)
@@ -562,8 +561,9 @@ SELECT c.id, c.task_name,
        CASE WHEN b.bytes <= %(max_row_bytes)s THEN c.args END,
        CASE WHEN b.bytes <= %(max_row_bytes)s THEN c.kwargs END,
        c.attempt, c.runs, c.max_attempts, c.queue, c.ended,
-       c.last_error, c.counted, c.taken_over,
-       extract(epoch FROM statement_timestamp() - c.run_at)::float8 AS waited,
+       c.last_error, c.counted, c.taken_over, """
+    + seconds_waited("c.run_at")
+    + """ AS waited,
        c.trace_context, c.snoozes, c.retry_policy,
        (SELECT count(*) FROM taken AS t WHERE t.job_id = c.id AND t.kind <> 'rate')::int AS slots,
        b.bytes, c.priority, c.run_at::text

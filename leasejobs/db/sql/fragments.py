@@ -44,11 +44,27 @@ def fence(alias: str, depth: int) -> str:
     )
 
 
+def seconds_waited(run_at: str) -> str:
+    """Seconds from ``run_at`` to this statement's time, as ``float8``; 0 for a
+    ``run_at`` that is not finite (``'-infinity'``, written by SQL), whose
+    difference PostgreSQL refuses: such a row must not fail the claim of every
+    job beside it, nor put an endless wait into the queue-time metric."""
+    return (
+        f"CASE WHEN isfinite({run_at}) "
+        f"THEN extract(epoch FROM statement_timestamp() - {run_at})::float8 ELSE 0 END"
+    )
+
+
 def notify_queues(source: str) -> str:
     """Wake the workers of each queue of the rows of ``source`` (a CTE with a ``queue``
     column), once per queue, when the transaction commits."""
     return f"SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM {source}) AS q"
 
+
+#: The largest value of an ``integer`` column, less one: a row whose attempt or
+#: run counter has reached it (written by hand, or by SQL) is neither claimed
+#: nor retried again, since their ``+ 1`` would fail the whole statement.
+COUNTER_END = 2**31 - 2
 
 #: Never due: the ``run_at`` of a job waiting for its parents (a workflow's)
 #: or for an event with no timeout (a durable wait). A finite timestamp, not

@@ -54,14 +54,27 @@ renewed AS (
     WHERE j.ctid = l.tid
     RETURNING j.id, j.attempt, j.cancel_requested, j.lease_until
 ),
+holding AS (
+    -- The attempts with places that still hold their job, as last committed
+    -- (read, not locked: their own side-effect block may hold the row), and
+    -- every one of their places, unexpired.
+    SELECT h.* FROM held AS h
+    WHERE h.slots > 0
+      AND EXISTS (SELECT 1 FROM leasejobs_job AS j
+                  {fence("h", 16)})
+      AND h.slots <= (SELECT count(*) FROM leasejobs_slot AS s
+                      WHERE s.job_id = h.id AND s.attempt = h.attempt AND s.kind <> 'rate'
+                        AND s.held_until >= now())
+),
 places AS (
-    -- Every place of a held attempt, also when its job row is locked right
+    -- Every place of such an attempt, also when its job row is locked right
     -- now (a side-effect block of the body): the row's lease is renewed when
     -- the block commits, but a place left to run out meanwhile would let
-    -- another claim take it while this body still runs. A place names its
-    -- job and attempt, so a stale attempt renews only its own old place.
+    -- another claim take it while this body still runs. An attempt whose
+    -- lease was released (from the admin) or taken over renews none: its
+    -- place runs out while its body is stopped.
     UPDATE leasejobs_slot AS s SET held_until = clock_timestamp() + make_interval(secs => h.lease_seconds)
-    FROM {held_places("held", "h")}
+    FROM {held_places("holding", "h")}
     WHERE s.ctid = h.tid
     RETURNING s.job_id, s.attempt
 ),
@@ -301,7 +314,10 @@ released AS (
                                   leased_by = CASE WHEN mine.refund = 1
                                                    THEN COALESCE(j.worker_ids ->> -1, '')
                                                    ELSE j.leased_by END,
+                                  -- (A hand-written non-array is kept: ``- -1``
+                                  -- would fail the whole give-back on it.)
                                   worker_ids = CASE WHEN mine.refund = 1
+                                                     AND jsonb_typeof(j.worker_ids) = 'array'
                                                     THEN j.worker_ids - -1
                                                     ELSE j.worker_ids END
     FROM mine

@@ -37,12 +37,21 @@ WHERE limits_from_settings AND NOT (name = ANY(%(names)s::text[]))
 #: a lowered count are removed held or not: no attempt holds them (its
 #: heartbeat looks at its concurrency places only) and none will take them
 #: again; left to run out, up to a window's worth of them would sit among
-#: the free places each claim reads first.
+#: the free places each claim reads first. The claims they recorded are
+#: forgotten with them, so rate places added to a queue that has some (a
+#: count raised, or lowered and raised again) are held for one window from
+#: now: no window holds more claims than the highest count in force in it.
 QUEUE_PLACES = """
-WITH q AS (SELECT name, concurrency, rate_count FROM leasejobs_queue WHERE name = %(name)s),
+WITH q AS (
+    SELECT name, concurrency, rate_count, GREATEST(LEAST(rate_seconds, 31622400), 0) AS rate_seconds
+    FROM leasejobs_queue WHERE name = %(name)s
+),
 made AS (
-    INSERT INTO leasejobs_slot (kind, name, n)
-    SELECT k.kind, q.name, n
+    INSERT INTO leasejobs_slot (kind, name, n, held_until)
+    SELECT k.kind, q.name, n,
+           CASE WHEN k.kind = 'rate'
+                     AND EXISTS (SELECT 1 FROM leasejobs_slot AS o WHERE o.kind = 'rate' AND o.name = q.name)
+                THEN now() + make_interval(secs => q.rate_seconds) END
     FROM q, LATERAL (VALUES ('concurrency', q.concurrency), ('rate', q.rate_count)) AS k(kind, lim),
          generate_series(1, k.lim) AS n
     ON CONFLICT (kind, name, n) DO NOTHING
@@ -102,7 +111,8 @@ SELECT a.queue, a.status, COALESCE(a.jobs, 0), a.oldest_due_age, COALESCE(a.expi
 FROM ({workers.COUNT_LIVE}) AS w(live)
 LEFT JOIN LATERAL (
     SELECT queue, status, count(*) AS jobs,
-           extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now()))
+           extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now()
+                                                    AND isfinite(run_at)))
                AS oldest_due_age,
            count(*) FILTER (WHERE status = 'running' AND lease_until < now()) AS expired
     FROM leasejobs_job
