@@ -112,14 +112,25 @@ class SlotTable:
 
     # -- written by the supervisor ---------------------------------------------
 
-    def raise_flag(self, index: int, seq: int, flag: int) -> None:
+    def raise_flag(self, index: int, seq: int, flag: int) -> bool:
         """Raise ``flag`` for the job with assignment number ``seq`` (one writer: the supervisor,
-        under its own lock). Flags only ever go up for one job; the child remembers what it saw."""
+        under its own lock); whether it was raised. Flags only ever go up for one job; the
+        child remembers what it saw.
+
+        The slot holds one job's flags. Those of the body running in it are never
+        replaced by a job queued behind it: a cancel of the next job would wipe a
+        running body's cancel or timeout (a job not started is revoked instead, and
+        its flag raised again once it runs).
+        """
         slot = self._slots[index]
         if slot.flag_seq != seq:
+            held = slot.flag_seq
+            if held and slot.flags and slot.running == held and seq != held:
+                return False
             slot.flags = 0
             slot.flag_seq = seq
         slot.flags = slot.flags | flag
+        return True
 
     def set_deadline(self, index: int, deadline: float) -> None:
         self._slots[index].deadline = deadline

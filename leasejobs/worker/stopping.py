@@ -14,6 +14,7 @@ process that took a reaped child's pid is never signalled.
 import contextlib
 import os
 import signal
+import time
 
 from leasejobs.observability import observe
 from leasejobs.worker import outcomes, rules
@@ -37,7 +38,16 @@ class BodyStopping(JobAssignment):
             if child is None:
                 return
             self.slots.raise_flag(child.index, job.seq, flag)
-            child.stops.setdefault(job.seq, BodyStop(flag, grace))
+            stop = child.stops.get(job.seq)
+            if stop is None:
+                child.stops[job.seq] = BodyStop(flag, grace)
+            elif grace < stop.grace:
+                # A stop under way (a timeout's grace) that a lost lease overtakes: the
+                # stale body must not run beside the new holder for the rest of it.
+                stop.flag |= flag
+                stop.grace = grace
+                if stop.interrupted_at:
+                    stop.kill_at = min(stop.kill_at, time.monotonic() + grace)
             child.doomed = True  # a child whose body is stopped leaves
             self._next_body_look = 0.0  # interrupt it now, not at the next look
         self._wake()
@@ -106,6 +116,9 @@ class BodyStopping(JobAssignment):
             for seq, stop in child.stops.items():
                 if running is not None and running.seq == seq:
                     if not stop.interrupted_at:
+                        # Raised again: one raised while the job waited behind another
+                        # body was not (``SlotTable.raise_flag``).
+                        self.slots.raise_flag(child.index, seq, stop.flag)
                         stop.interrupted_at, stop.kill_at = now, now + stop.grace
                         self._signal(child, signal.SIGUSR1)
                     elif now >= stop.kill_at:
@@ -116,14 +129,19 @@ class BodyStopping(JobAssignment):
         observe.bodies_running(busy)
 
     def _rebalance(self, child: ChildState, running: int, for_seconds: float) -> None:
-        """A body running far longer than estimated keeps the jobs waiting behind it: hand
-        them to the other children (its child reports them unstarted); lock held."""
+        """A body running far longer than estimated keeps the jobs waiting behind it: its
+        child reports them unstarted, and they go to a child with room, or back to the
+        queue (``_unstarted``); lock held.
+
+        Whether or not another child is idle: a task that slowed down (a service
+        that answers late) must not keep jobs claimed before a pause, or before a
+        limit set at run time, starting for seconds after it."""
         job = child.outstanding.get(running)
         estimate = job.estimate if job is not None else 0.0
         if child.rebalanced_after >= running or for_seconds < estimate + 2 * rules.CHILD_QUEUE_SECONDS:
             return
         waiting = [seq for seq in child.outstanding if seq > running]
-        if not waiting or not any(c.accepting and not c.outstanding for c in self._children):
+        if not waiting:
             return
         child.rebalanced_after = running
         child.channel.send((REVOKE, waiting))
