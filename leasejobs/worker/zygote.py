@@ -9,7 +9,9 @@ worker how each one ended (its exit status names the signal that killed
 it), and every ``WATCH_SECONDS`` kills a child whose running body has
 outlived its lease (``SlotTable.outlived``): the worker may be paused
 (SIGSTOP, a stopped VM) and unable to stop that body itself, and once a
-lease has run out another worker may hold the job.
+lease has run out another worker may hold the job. The zygote leads a
+process group of its own, as each child does: a stop of the worker's group
+(Ctrl-Z in a terminal) stops neither the watchdog nor the bodies.
 
 The zygote leaves when the worker's end of its control socket closes,
 which the kernel does when the worker dies however it dies, or when it
@@ -114,12 +116,15 @@ class Zygote:
                 ours.close()
                 if os.getppid() != worker:
                     os._exit(1)
+                _own_group()
                 code = _serve(theirs, slots, child_main, bodies_per_child, watch=watch)
             except BaseException:
                 _print_exc()
             finally:
                 os._exit(code)
         theirs.close()
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # as the zygote does: whichever of the two runs first
         ours.setblocking(False)
         return cls(pid, ours)
 
@@ -284,6 +289,14 @@ def _fork_child(fd: int, index: int, zygote: int, ctl: socket.socket, child_main
             sys.stderr.flush()
         os._exit(code)
     return 0  # never reached
+
+
+def _own_group() -> None:
+    """Lead a process group of its own: a stop of the worker's group (Ctrl-Z in a
+    terminal, ``kill -STOP -<pgid>``) must not stop the watchdog too, while the
+    children, each in a group of its own, run on past their leases."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
 
 
 def _print_exc() -> None:
