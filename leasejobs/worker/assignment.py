@@ -213,6 +213,11 @@ class JobAssignment:
             yield job, ready[i]
             heapq.heapreplace(least, (queued + estimate, i))
 
+    def _has_room(self, job: HeldJob) -> bool:
+        """Whether an accepting child would take ``job`` now; lock held."""
+        now = time.monotonic()
+        return any(not _full(self._work_left(c, now)[0], job) for c in self._children if c.accepting)
+
     def _give(self, job: HeldJob) -> None:
         """Hand one job to the accepting child with the least work if it has room (else to
         the backlog, for the next look); lock held."""

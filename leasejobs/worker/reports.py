@@ -161,7 +161,10 @@ class ChildReports(BodyStopping):
                     self.events.lease_lost(job, f"the body stopped: {ended.lost or 'it was stopped'}")
             elif ended.strays:
                 # What the body left running ends with its process: the attempt ends then.
-                why = f"its body returned but left {ended.strays} thread(s) running; its process ends first"
+                why = (
+                    f"its body returned but left {ended.strays} thread(s) or program(s) running; "
+                    "its process ends first"
+                )
                 if self.held.stop(job, ended.outcome, why):
                     job.started = True
                     self._children[job.child].ending_with_it.append(job)
@@ -200,7 +203,9 @@ class ChildReports(BodyStopping):
             # another worker may hold it now, and a place under a limit.
             if self.held.drop(job):
                 self.events.lease_lost(job, "its lease ran out before its body started")
-        elif self._stopping:
+        elif self._stopping or not self._has_room(job):
+            # No child takes it now (each runs a body past its estimate): back to the
+            # queue, its run refunded, rather than held here until one has room.
             if self.held.give_back(job):
                 self._given_back.append(job)
         else:
@@ -210,6 +215,10 @@ class ChildReports(BodyStopping):
         """End the jobs of a child that is gone; lock held."""
         code = child.exit_code
         child.buried = True
+        # What its bodies left in its process group (a helper a body forked, a program it
+        # gave up on) dies with it, before any of its jobs ends and frees a place.
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.killpg(child.pid, signal.SIGKILL)
         if code == 0 and child.leaving:
             self.events.child_left(child.index, child.pid, child.leaving)
         elif code != 0 or child.outstanding:
@@ -252,9 +261,6 @@ class ChildReports(BodyStopping):
                 )
                 if self.held.settle(job, outcome, started=True):
                     self._finish(job)
-        # What its bodies left in its process group dies with it (a helper a body forked).
-        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            os.killpg(child.pid, signal.SIGKILL)
         if child.pidfd is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(child.pidfd)

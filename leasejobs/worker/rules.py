@@ -53,13 +53,13 @@ def work_left(estimate: float, running_for: float) -> tuple[float, int]:
     it runs within it, or past it by less than ``CHILD_QUEUE_SECONDS`` (a
     mean is no bound: half the bodies run longer, and the job claimed for
     this one must still find room as it arrives); further past it, the body
-    may run on for any time: all of its estimate is left, and nothing more is
-    to wait behind it. So a child of 50 ms jobs gets its next one in the last
+    may run on for any time (a task that slowed down): its child has no room
+    left, and nothing more is to wait behind it. So a child of 50 ms jobs gets its next one in the last
     20 ms of its body, not after a claim that its body's end set off.
     """
     left = estimate - running_for
     if left < -CHILD_QUEUE_SECONDS:
-        return estimate, 0
+        return math.inf, 0
     left = max(left, 0.0)
     return left, int(left <= CHILD_QUEUE_SECONDS)
 

@@ -121,7 +121,7 @@ def test_vacuums_in_vain_wait_15_s_then_30_then_a_minute():
         (0.05, 0.0, (0.05, 0)),  # a 50 ms body just started: its whole estimate left
         (0.05, 0.035, (0.015, 1)),  # in its last 20 ms: its next job may come now
         (0.05, 0.06, (0.0, 1)),  # a little past its estimate: ending now
-        (0.05, 0.075, (0.05, 0)),  # 25 ms past it: it may run on for any time
+        (0.05, 0.075, (math.inf, 0)),  # 25 ms past it: it may run on for any time, no room behind it
         (0.002, 0.001, (0.001, 1)),
     ],
 )
