@@ -31,7 +31,10 @@ import contextlib
 import json
 import logging
 import math
+import os
 import random
+import resource
+import select
 import signal
 import threading
 import time
@@ -79,6 +82,24 @@ REPORT_LINGER_SECONDS = 0.001
 
 #: How often a child measures its memory (``--max-memory-per-child``).
 MEMORY_CHECK_SECONDS = 0.1
+
+#: A failed body that ran this long is looked at for programs it left running (two
+#: reads of /proc): starting one, waiting for it and giving up takes longer.
+_PROGRAMS_LOOK_SECONDS = 0.0001
+
+#: The signals whose handlers a failed body's child puts back as they were.
+_RESTORED_SIGNALS = (
+    signal.SIGALRM,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGHUP,
+    signal.SIGCHLD,
+    signal.SIGPIPE,
+    signal.SIGVTALRM,
+    signal.SIGPROF,
+)
 
 #: The flags for which a running body is stopped.
 _STOP_FLAGS = LEASE_LOST | TIMED_OUT | STOPPED
@@ -153,6 +174,7 @@ class Child:
         self.slots = slots
         self.slot = slots[index]
         self.config = config
+        self.pid = os.getpid()
         self.queue: deque[BodyJob] = deque()
         self.revoked: set[int] = set()
         self.stopping = False
@@ -166,11 +188,21 @@ class Child:
         self._looked_at = 0.0
         self._in_body = False
         self._running_seq = 0
+        #: Whether the child waited for jobs since its last body (a connection may have
+        #: been ended by the server meanwhile).
+        self._waited = False
         #: When the memory was last measured (it costs a read of smaps_rollup): never, so
         #: the first body's is always looked at.
         self._memory_checked = -math.inf
+        self._peak_checked = 0
         #: The threads a body may leave behind: those there before any body ran.
         self._threads = {t.ident for t in threading.enumerate()}
+        #: Threads Python's ``threading`` does not know of (C libraries'), and the signal
+        #: handlers and mask, as they are before any body ran (read by ``run``, once
+        #: ``main`` has set the child's own handlers).
+        self._native = _native_threads()
+        self._signals: dict[int, Any] = {}
+        self._mask: set[int | signal.Signals] = set()
         #: This thread's connection of every database, made now (none is opened):
         #: looked at after each body without asking Django's per-thread registry.
         self._databases = [connections[alias] for alias in connections]
@@ -178,9 +210,13 @@ class Child:
     # -- the loop ----------------------------------------------------------------
 
     def run(self) -> int:
+        self._signals = {signum: signal.getsignal(signum) for signum in _RESTORED_SIGNALS}
+        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
         while True:
             if not self.queue:
                 self._flush()
+            if not self.queue:
+                self._waited = True
             messages = self.channel.receive(wait=not self.queue)
             if messages is None:
                 return 0  # the worker is gone
@@ -267,13 +303,17 @@ class Child:
         if stopped:
             return "a body it ran was stopped"
         if strays:
-            return f"a body left {strays} thread(s) running, which end with the process"
+            return f"a body left {strays} thread(s) or program(s) running, which end with the process"
         if self.config.max_jobs is not None and self.ran >= self.config.max_jobs:
             return f"it ran {self.ran} jobs (--max-jobs-per-child)"
         if self.config.max_memory is not None:
             now = time.monotonic()
-            if now - self._memory_checked >= MEMORY_CHECK_SECONDS:
-                self._memory_checked = now
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, one system call
+            if now - self._memory_checked >= MEMORY_CHECK_SECONDS or peak - self._peak_checked >= 1024:
+                # Read exactly at most every MEMORY_CHECK_SECONDS, and after any body that
+                # took the process's resident memory to a new high by 1 MiB or more:
+                # quick bodies that each keep memory are not let run past the limit.
+                self._memory_checked, self._peak_checked = now, peak
                 used = own_memory()
                 if used is not None and used > self.config.max_memory:
                     return (
@@ -293,6 +333,9 @@ class Child:
     # -- one body ------------------------------------------------------------------
 
     def _run_one(self, job: BodyJob) -> tuple[Ended, bool]:
+        if self._waited:
+            self._waited = False
+            _close_ended_connections(self._databases)
         try:
             ready = body.prepare(
                 job,
@@ -318,13 +361,25 @@ class Child:
                 ready.task, ctx, facts, ready.args, ready.kwargs, _trace_context(job.trace_context)
             )
         finally:
+            if os.getpid() != self.pid:
+                # A copy the body forked and did not end (no ``os._exit``) has returned
+                # here: it must not touch the slot nor run this child's next bodies.
+                os._exit(0)
             self._in_body = False
             self.slot.running = 0
         lost = str(ran.raised) if isinstance(ran.raised, LeaseLost) and ran.outcome is None else None
         stopped = ran.stopped or bool(flags_of(self.slot, job.seq) & _STOP_FLAGS)
         strays = self._strays()
+        if ran.raised is not None:
+            # A failed body may have given up on something it started: what still runs
+            # of it would go on beside the job's retry, and what it set for its own
+            # process (an alarm it did not cancel) would reach the next body.
+            _restore_signals(self._signals, self._mask)
+            if ran.seconds >= _PROGRAMS_LOOK_SECONDS:
+                strays += self._programs_left() + max(0, _native_threads() - self._native)
         outcome = ran.outcome
         left_open = _roll_back_open_transactions(self._databases)
+        _reset_sessions(self._databases)
         if left_open and outcome is not None:
             # Its writes were rolled back: a success would claim work that is not there.
             left_error = RuntimeError(
@@ -346,6 +401,25 @@ class Child:
         executor = getattr(SyncToAsync, "single_thread_executor", None)
         allowed.update(t.ident for t in getattr(executor, "_threads", ()))
         return sum(1 for t in threading.enumerate() if t.ident not in allowed)
+
+    def _programs_left(self) -> int:
+        """Processes a failed body started and left running (a program it gave up waiting
+        for, then raised): they would go on beside the job's retry. Read from /proc;
+        zombies (ended, not yet reaped) do not count."""
+        try:
+            with open(f"/proc/self/task/{self.pid}/children", "rb") as f:
+                pids = f.read().split()
+        except OSError:
+            return 0
+        left = 0
+        for pid in pids:
+            try:
+                with open(b"/proc/%s/stat" % pid, "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            left += stat[stat.rindex(b")") + 2 :][:1] != b"Z"
+        return left
 
     def interrupt(self, signum: int, frame: FrameType | None) -> None:
         """SIGUSR1: stop the running body if the worker raised a stop flag for it."""
@@ -378,6 +452,80 @@ def _roll_back_open_transactions(databases: list[BaseDatabaseWrapper]) -> list[s
         with contextlib.suppress(Exception):
             conn.close()
     return left
+
+
+#: What a body may leave in its database session for the next body of its child:
+#: settings (``SET statement_timeout``, a read-only default, a role, a search path)
+#: and session advisory locks. One round trip, after bodies whose connection is open.
+_RESET_SESSION = "RESET ALL; SELECT pg_advisory_unlock_all()"
+
+
+def _reset_sessions(databases: list[BaseDatabaseWrapper]) -> None:
+    """Undo the session settings and advisory locks a body left on a PostgreSQL connection.
+
+    The next body's fenced side effect runs on the same connection: a
+    ``statement_timeout`` or a read-only default left by another job must not
+    fail it. Django's own settings of the connection (its time zone, its
+    ``assume_role``) are made again, as at connect. A connection this fails on
+    is closed: the next body opens a fresh one.
+    """
+    for conn in databases:
+        if conn.connection is None or conn.vendor != "postgresql":
+            continue
+        try:
+            conn.connection.execute(_RESET_SESSION)
+            conn._configure_connection(conn.connection)  # type: ignore[attr-defined]
+        except Exception:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
+def _native_threads() -> int:
+    """This process's threads that Python's ``threading`` does not list (started by C
+    code, or by ``_thread``): from /proc, 0 if it cannot be read."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[17]) - threading.active_count()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _restore_signals(handlers: dict[int, Any], mask: set[int | signal.Signals]) -> None:
+    """Cancel the alarm and interval timers a body left, and put back the signal mask
+    and the handlers of ``_RESTORED_SIGNALS`` as they were before any body ran."""
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        signal.setitimer(timer, 0)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for signum, handler in handlers.items():
+        if signal.getsignal(signum) is not handler and handler is not None:
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(signum, handler)
+
+
+def _close_ended_connections(databases: list[BaseDatabaseWrapper]) -> None:
+    """Close each connection the server ended while the child waited for jobs.
+
+    An idle connection has nothing to read unless the server ended it
+    (``idle_session_timeout``, a restart, ``pg_terminate_backend``): its
+    socket is then readable, and the next body would fail on its first query.
+    One ``select`` of the open connections' sockets, no round trip.
+    """
+    open_ = [conn for conn in databases if conn.connection is not None]
+    if not open_:
+        return
+    ended = []
+    by_fd = {}
+    for conn in open_:
+        try:
+            by_fd[conn.connection.fileno()] = conn
+        except Exception:  # psycopg knows it is closed
+            ended.append(conn)
+    with contextlib.suppress(OSError, ValueError):
+        ended += [by_fd[fd] for fd in select.select(list(by_fd), [], [], 0)[0]]
+    for conn in ended:
+        with contextlib.suppress(Exception):
+            conn.close()
 
 
 def _trace_context(text: str | None) -> dict[str, str] | None:
