@@ -213,10 +213,12 @@ class JobAssignment:
             yield job, ready[i]
             heapq.heapreplace(least, (queued + estimate, i))
 
-    def _has_room(self, job: HeldJob) -> bool:
-        """Whether an accepting child would take ``job`` now; lock held."""
+    def _all_busy(self, job: HeldJob) -> bool:
+        """Whether children accept jobs and none would take ``job`` now (each runs a body far
+        past its estimate); lock held. None accepting (children being replaced) is not."""
         now = time.monotonic()
-        return any(not _full(self._work_left(c, now)[0], job) for c in self._children if c.accepting)
+        accepting = [c for c in self._children if c.accepting]
+        return bool(accepting) and all(_full(self._work_left(c, now)[0], job) for c in accepting)
 
     def _give(self, job: HeldJob) -> None:
         """Hand one job to the accepting child with the least work if it has room (else to

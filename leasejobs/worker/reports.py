@@ -203,7 +203,7 @@ class ChildReports(BodyStopping):
             # another worker may hold it now, and a place under a limit.
             if self.held.drop(job):
                 self.events.lease_lost(job, "its lease ran out before its body started")
-        elif self._stopping or not self._has_room(job):
+        elif self._stopping or self._all_busy(job):
             # No child takes it now (each runs a body past its estimate): back to the
             # queue, its run refunded, rather than held here until one has room.
             if self.held.give_back(job):
