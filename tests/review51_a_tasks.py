@@ -26,48 +26,6 @@ while time.monotonic() < end:
 """
 
 
-@task(takes_context=True, max_attempts=1)
-def blocks_usr1(ctx, path):
-    """A body that blocks SIGUSR1 in its thread (a library that masks signals around a
-    critical section and forgets to unmask, or a C extension doing it) and returns."""
-    note(path, "S", ctx)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
-    note(path, "E", ctx)
-
-
-@task(takes_context=True, max_attempts=1)
-def ignores_sigterm(ctx, path):
-    """A body that sets SIGTERM to SIG_IGN (as code that wants to "survive a deploy" does) and returns."""
-    note(path, "S", ctx)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    note(path, "E", ctx)
-
-
-@task(takes_context=True, max_attempts=2, timeout_seconds=1)
-def cleans_up_on_timeout(ctx, path, seconds):
-    """Work past the task's 1 s timeout; a ``finally`` block notes the clean-up (F)."""
-    note(path, "S", ctx)
-    try:
-        time.sleep(seconds)
-    finally:
-        note(path, "F", ctx)
-    note(path, "E", ctx)
-
-
-@task(takes_context=True, max_attempts=1)
-def terminates_a_program(ctx, path):
-    """Start ``sleep 30`` and terminate it, waiting for it 5 s: the usual clean-up."""
-    note(path, "S", ctx)
-    proc = subprocess.Popen(["sleep", "30"])
-    proc.terminate()
-    try:
-        return proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        return "terminate() was ignored"
-
-
 @task(takes_context=True, max_attempts=2)
 def gives_up_on_a_program(ctx, path, seconds):
     """The common pattern with a program: start the call, wait for it with a timeout, and

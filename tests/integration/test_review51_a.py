@@ -86,6 +86,11 @@ def lines(path: Path, kind: str) -> dict[tuple[int, int], float]:
 # -- what one body does to its process reaches the next ----------------------------------------
 
 
+@pytest.mark.parametrize(
+    "statement",
+    ["SET statement_timeout = '50ms'", "SET default_transaction_read_only = on"],
+    ids=["statement_timeout", "read_only"],
+)
 def test_a_session_setting_one_body_leaves_does_not_fail_the_next(worker, tmp_path, statement):
     """docs/worker.md, "What a body leaves behind": "what one body does to its process must
     not reach the next"; a connection a body left *inside a transaction* is rolled back and
