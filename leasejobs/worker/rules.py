@@ -8,6 +8,11 @@ snooze, discard, and the retry's delay) is ``leasejobs.jobs.retry.decide``.
 
 import math
 
+#: How far past its estimate a body sends the jobs waiting behind it back to the
+#: queue when no other child is idle: well within a pause's second, well past a
+#: body descheduled for a moment on a busy machine.
+SLOWED_TASK_SECONDS = 0.25
+
 #: A job given to a child ahead of its turn starts within this much of the
 #: child's work (and of its lease): enough for a child of short jobs never to
 #: wait for a claim, few enough that a worker killed from outside leaves

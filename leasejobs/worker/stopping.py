@@ -133,12 +133,17 @@ class BodyStopping(JobAssignment):
         child reports them unstarted, and they go to a child with room, or back to the
         queue (``_unstarted``); lock held.
 
-        Whether or not another child is idle: a task that slowed down (a service
-        that answers late) must not keep jobs claimed before a pause, or before a
-        limit set at run time, starting for seconds after it."""
+        40 ms past its estimate when another child is idle; 0.25 s past it when
+        none is (``rules.SLOWED_TASK_SECONDS``), since those jobs go back to the
+        queue: a task that slowed down (a service that answers late) must not
+        keep jobs claimed before a pause, or before a limit set at run time,
+        starting for seconds after it, while a body merely descheduled on a
+        busy machine should not send its neighbours back and forth."""
         job = child.outstanding.get(running)
         estimate = job.estimate if job is not None else 0.0
-        if child.rebalanced_after >= running or for_seconds < estimate + 2 * rules.CHILD_QUEUE_SECONDS:
+        idle = any(c.accepting and not c.outstanding for c in self._children)
+        past = 2 * rules.CHILD_QUEUE_SECONDS if idle else rules.SLOWED_TASK_SECONDS
+        if child.rebalanced_after >= running or for_seconds < estimate + past:
             return
         waiting = [seq for seq in child.outstanding if seq > running]
         if not waiting:

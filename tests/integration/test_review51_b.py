@@ -131,7 +131,7 @@ def test_a_row_whose_worker_ids_is_not_a_list_is_given_back_without_killing_the_
     # A supervisor's restarts: three workers, one after the other, each until it exits.
     codes, last = [], None
     for n in range(3):
-        last = start_worker("--lease", "2", "--worker-id", f"w{n}", "--burst")
+        last = start_worker("--lease", "10", "--worker-id", f"w{n}", "--burst")
         codes.append(last.wait(timeout=60))
     statuses = dict(Counter(Job.objects.filter(id__in=ids).values_list("status", flat=True)))
     ran = set(BodyRun.objects.filter(job_id__in=ids).values_list("job_id", flat=True))
