@@ -61,7 +61,8 @@ class JobAssignment:
         os.set_blocking(self._wake_w, False)
         #: Jobs whose child never started them, waiting for another child.
         self._backlog: deque[HeldJob] = deque()
-        #: Jobs to give back (never started, or stopped at the end of a stop's grace).
+        #: Jobs to give back (never started, or stopped at the end of a stop's grace): the
+        #: claimer releases them at its next turn, the worker once claiming has ended.
         self._given_back: list[HeldJob] = []
         self._stopping = False
         self._closed = False

@@ -39,7 +39,7 @@ from leasejobs.worker import outcomes, rules
 from leasejobs.worker.claim_start import ClaimStart
 from leasejobs.worker.events import Events
 from leasejobs.worker.front_look import FrontLook
-from leasejobs.worker.held import HeldJob, HeldJobs
+from leasejobs.worker.held import HeldJob, HeldJobs, refunds
 from leasejobs.worker.limits import LimitGate
 from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.pool import Pool
@@ -179,6 +179,9 @@ class Claimer:
                 return False
             if self._unreleased:
                 self._give_back_again()
+            # Jobs a child sent back unstarted while every child ran a body far past its
+            # estimate: the pool gave them up, this releases them.
+            self._release(self.pool.take_given_back())
             if o.max_jobs is not None and self.held.claimed >= o.max_jobs:
                 self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
                 return False
@@ -193,7 +196,7 @@ class Claimer:
                 # --burst ends on a claim that finds nothing while nothing is held, looked at
                 # before it is sent: then every write of ours (a retry due at once, say) was
                 # committed before its snapshot, and nothing of ours can be due after it.
-                idle = o.burst and self.held.empty() and not self._unreleased
+                idle = o.burst and self.pool.holds_nothing() and not self._unreleased
                 try:
                     got = self.claim(room, front=idle)
                     # Nothing held, so no place of ours is held either; a last look.
@@ -361,13 +364,14 @@ class Claimer:
         tried again at the claim loop's next turns (``_give_back_again``): left
         to run out, its lease would keep the job from every worker that long,
         and a ``--burst`` worker would exit leaving it running."""
-        given = [job for job in jobs if self.held.give_back(job)]
+        self._release([job for job in jobs if self.held.give_back(job)])
+
+    def _release(self, given: list[HeldJob]) -> None:
+        """Release the leases of jobs given back (no longer held), their unstarted runs refunded."""
         if not given:
             return
         try:
-            released = self.store.release(
-                [(job.key, True) for job in given], slotted=any(job.slots for job in given)
-            )
+            released = self.store.release(refunds(given), slotted=any(job.slots for job in given))
         except CONNECTION_ERRORS as exc:
             self.events.release_failed(len(given), exc)
             return
@@ -391,9 +395,7 @@ class Claimer:
         if not left:
             return
         try:
-            released = self.store.release(
-                [(job.key, True) for job in left], slotted=any(job.slots for job in left), tries=1
-            )
+            released = self.store.release(refunds(left), slotted=any(job.slots for job in left), tries=1)
             left = [job for job in left if job.key not in released]
             held = self.store.still_held([job.key for job in left]) if left else set()
         except CONNECTION_ERRORS as exc:

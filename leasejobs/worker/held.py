@@ -301,6 +301,12 @@ class HeldJobs:
             return len(self._jobs)
 
 
+def refunds(jobs: list[HeldJob]) -> list[tuple[Attempt, bool]]:
+    """Each given-back job's attempt, and whether its run is refunded: counted at its claim
+    and never started (``store.release``)."""
+    return [(job.key, job.counted and not job.started) for job in jobs]
+
+
 def facts_of(job: HeldJob, worker_id: str) -> Facts:
     """The facts of a held attempt, for the outcomes the worker decides itself."""
     try:

@@ -121,6 +121,13 @@ class Pool(ChildReports):
             self._close_deadline = time.monotonic() + timeout
         self._wake()
 
+    def holds_nothing(self) -> bool:
+        """Nothing is held and nothing waits to be given back, seen at one instant: a job
+        leaves the held table and joins those to give back under the pool's lock (``--burst``
+        must not end between the two, its job still running in the database)."""
+        with self.lock:
+            return self.held.empty() and not self._given_back
+
     def take_given_back(self) -> list[HeldJob]:
         """The jobs to release now (their bodies never started, or were stopped)."""
         with self.lock:

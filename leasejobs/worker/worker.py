@@ -53,7 +53,7 @@ from leasejobs.worker.events import Events
 from leasejobs.worker.finisher import Finisher
 from leasejobs.worker.front_look import FrontLook
 from leasejobs.worker.heartbeat import Heartbeater
-from leasejobs.worker.held import HeldJob, HeldJobs, Phase
+from leasejobs.worker.held import HeldJob, HeldJobs, Phase, refunds
 from leasejobs.worker.listener import listen
 from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.pool import Pool
@@ -393,9 +393,7 @@ class Worker:
         for job in jobs:
             job.lease_lost = True
         try:
-            released = self.store.release(
-                [(j.key, j.counted and not j.started) for j in jobs], slotted=any(j.slots for j in jobs)
-            )
+            released = self.store.release(refunds(jobs), slotted=any(j.slots for j in jobs))
         except CONNECTION_ERRORS as exc:
             self.events.release_failed(len(jobs), exc)
             return

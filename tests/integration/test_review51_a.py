@@ -205,6 +205,36 @@ def test_a_pause_stops_new_starts_within_a_second_when_a_task_slows_down(worker,
     assert late == [], f"{len(late)} bodies of the paused queue started 1 to {late[-1]:.1f} s after the pause"
 
 
+def test_jobs_sent_back_from_behind_a_slowed_body_are_queued_again_at_once(worker, tmp_path):
+    """docs/worker.md: jobs waiting behind a body far past its estimate go "back to the
+    queue"; docs/guarantees.md: "Every committed job is claimed until one attempt's
+    outcome is written".
+
+    The fix above sends them back, but only the stopping worker released what its pool
+    gave back: until then each such job stayed ``running`` under this worker's lease,
+    with its run counted. The slow body over, the worker had room and nothing to claim:
+    19 of the 20 jobs stayed ``running`` until their leases ran out (30 s), their one
+    allowed run already counted.
+    """
+    fast, slow, after = tmp_path / "fast", tmp_path / "slow", tmp_path / "after"
+    queue = "svc51a-sent-back"
+    innocent.using(queue=queue, priority=10).bulk_enqueue([((str(fast), 0), {}) for _ in range(300)])
+    innocent.using(queue=queue, priority=5).enqueue(str(slow), 2)
+    behind = innocent.using(queue=queue).bulk_enqueue([((str(after), 0), {}) for _ in range(20)])
+    worker("--concurrency", "1", "--queue", queue)
+    wait_until(lambda: lines(slow, "S"), timeout=60, what="the slow body starts")
+    try:
+        wait_until(
+            lambda: all(job_now(j).status == "done" for j in behind), timeout=15, what="the jobs behind end"
+        )
+    except AssertionError:
+        left = [job_now(j) for j in behind if job_now(j).status != "done"]
+        raise AssertionError(
+            f"15 s after a 2 s body started, {len(left)} of the 20 jobs claimed behind it are not done: "
+            f"{sorted({(j.status, j.runs) for j in left})} (status, runs)"
+        ) from None
+
+
 def test_an_alarm_a_failed_body_left_set_kills_its_neighbour(worker, tmp_path):
     """docs/worker.md: "what one body does to its process must not reach the next"; a body
     that kills its process "ends *its* attempt".
@@ -321,6 +351,9 @@ def test_a_forked_copy_of_a_child_runs_no_bodies(worker, tmp_path):
 
 
 # -- one slot's flags for one job at a time ---------------------------------------------------------
+# Since a job waits behind a body at most 0.25 s past that body's estimate (then it goes back to
+# the queue), a cancel here most often finds the queued job back in the queue, not in the child:
+# the slot's rule itself is tested in tests/unit/test_slots.py; these keep the promises it serves.
 
 
 def test_a_cancel_of_a_running_body_is_not_lost_to_a_cancel_of_the_job_queued_behind_it(worker, tmp_path):
@@ -340,7 +373,6 @@ def test_a_cancel_of_a_running_body_is_not_lost_to_a_cancel_of_the_job_queued_be
     queued = cooperative.enqueue(str(path), 0)
     worker("--concurrency", "1", "--lease", "3")
     wait_until(lambda: lines(path, "S").get((running.id, 1)), timeout=30, what="the long body starts")
-    wait_until(lambda: job_now(queued).status == "running", timeout=10, what="the next job held by the child")
     bulk.apply("cancel", Job.objects.filter(id__in=[running.id, queued.id]), by="test")
     asked = time.time()
     wait_until(lambda: job_now(running).status in FINAL, timeout=30, what="the long job ends")
@@ -362,7 +394,6 @@ def _overrun_behind_a_cancelled_job(worker, tmp_path):
     queued = effect_after_overrun.enqueue(str(path), 0)
     w = worker("--concurrency", "1", "--lease", "3")
     wait_until(lambda: lines(path, "S").get((overrun.id, 1)), timeout=30, what="the long body starts")
-    wait_until(lambda: job_now(queued).status == "running", timeout=10, what="the next job held by the child")
     w.wait_for_log(rf"timeout job={overrun.id} attempt=1", timeout=10)
     bulk.apply("cancel", Job.objects.filter(id=queued.id), by="test")
     w.wait_for_log(rf"body stopped job={overrun.id} attempt=1", timeout=20)
