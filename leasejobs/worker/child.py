@@ -226,7 +226,7 @@ class Child:
                 return 0
             while self.queue:
                 job = self.queue.popleft()
-                if self.stopping or job.seq in self.revoked or self._too_late(job):
+                if self.stopping or self._revoked(job.seq) or self._too_late(job):
                     self.revoked.discard(job.seq)
                     self._unstarted.append(job.seq)
                     continue
@@ -236,9 +236,13 @@ class Child:
                 if self._unkept or self._unstarted:
                     self._flush()
                 try:
-                    ended, stopped = self._run_one(job)
+                    ran = self._run_one(job)
                 except BodyStopped:  # landed just outside the body: it has ended all the same
-                    ended, stopped = Ended(job.seq, None, 0.0, True), True
+                    ran = Ended(job.seq, None, 0.0, True), True
+                if ran is None:
+                    self._unstarted.append(job.seq)
+                    continue
+                ended, stopped = ran
                 self._report(ended)
                 why = self._leaving(stopped, ended.strays)
                 if why:
@@ -250,6 +254,11 @@ class Child:
                     if more is None:
                         return 0
                     self._take(more)
+
+    def _revoked(self, seq: int) -> bool:
+        """Whether the worker took the job back: by a message, or in the slot while a body ran
+        (``SlotTable.revoke``: the only way it reaches a child busy with a long body)."""
+        return seq in self.revoked or seq <= self.slot.revoke_upto
 
     def _too_late(self, job: BodyJob) -> bool:
         """Whether ``job``'s body would start past its claim's lease, or past this slot's
@@ -332,7 +341,8 @@ class Child:
 
     # -- one body ------------------------------------------------------------------
 
-    def _run_one(self, job: BodyJob) -> tuple[Ended, bool]:
+    def _run_one(self, job: BodyJob) -> tuple[Ended, bool] | None:
+        """Run one body: how it ended and whether it was stopped (None: revoked, not started)."""
         if self._waited:
             self._waited = False
             _close_ended_connections(self._databases)
@@ -351,9 +361,17 @@ class Child:
         ctx, facts = ready.ctx, ready.facts
         # running before started: a reader that sees ``started`` at this job and
         # ``running`` no longer at it knows the body ended (``JobAssignment._work_left``).
+        before = self.slot.started
         self.slot.started_at = time.monotonic()
         self.slot.running = job.seq
         self.slot.started = job.seq
+        if job.seq <= self.slot.revoke_upto:
+            # Revoked as it was about to start, after the look above: the worker, which
+            # reads ``started`` ``REVOKE_SETTLE_SECONDS`` after it revoked, may have given
+            # the job to another child already. It does not start here.
+            self.slot.running = 0
+            self.slot.started = before
+            return None
         self._running_seq = job.seq
         self._in_body = True
         try:

@@ -44,6 +44,10 @@ class ChildState:
     #: The assignment number of the body after which its waiting jobs were handed
     #: to other children (a body that ran much longer than estimated).
     rebalanced_after: int = 0
+    #: Jobs up to this assignment number are revoked in its slot, since ``revoked_at``,
+    #: and not yet settled (``BodyStopping._revoked``; 0: none).
+    revoking: int = 0
+    revoked_at: float = 0.0
     #: The slot's count of kept bodies when the pool thread last read them
     #: (``ChildReports._hear_kept``), where that read began, and whether to read
     #: from there once more.

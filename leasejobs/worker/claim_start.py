@@ -85,6 +85,8 @@ class ClaimStart:
         self._found: list[tuple[int, ClaimKey]] = []
         #: Priorities whose key went back since the look under way began (None: all).
         self._went_back: set[int] | None = set()
+        #: A claim from the keys took jobs since the last walk from the front.
+        self._took_since_walk = False
 
     def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
         """The keys the next claim starts after; None: from the front (``front`` asks for
@@ -108,6 +110,25 @@ class ClaimStart:
                 if self._look_began is not None and now - self._look_began > FRONT_GAP_MAX_SECONDS:
                     return None  # the look under way is stuck
             return dict(self._keys)
+
+    def walk_due_in(self) -> float | None:
+        """Seconds until a walk from the front is due, when the claimer makes its walks and
+        claims from the keys took jobs since the last one; else None.
+
+        The claim loop waits no longer than this: once the keys run dry (a
+        priority it has not claimed from, a job given back behind them), what
+        only the front shows is due within milliseconds, not a poll interval.
+        An idle worker, whose claims took nothing since its last walk, walks no
+        more often than it polls.
+        """
+        with self._lock:
+            if (
+                not self._took_since_walk
+                or self._look_began is not None
+                or self._costly_walks >= self._in_a_row
+            ):
+                return None
+            return max(0.0, self._front_due - self._clock())
 
     def look_due(self) -> dict[int, ClaimKey] | None:
         """The keys a front look should compare against, when a walk is due, too costly
@@ -176,7 +197,10 @@ class ClaimStart:
                 self._walked(seconds, rows=len(rows))
                 self._went_back = None
                 self._found.clear()
-            elif stopped:
+                self._took_since_walk = False
+            elif rows:
+                self._took_since_walk = True
+            if after is not None and stopped:
                 if self._went_back is not None:
                     self._went_back.update(stopped)
                 self._found = [(p, key) for p, key in self._found if p not in stopped]

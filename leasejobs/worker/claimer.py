@@ -100,6 +100,8 @@ class Claimer:
         #: tried again at each turn until their leases run out (changed under ``_turn``).
         self._unreleased: list[HeldJob] = []
         self._give_back_at = 0.0
+        #: The claim loop's last claim came back short with room left (``_one_turn``).
+        self._ran_dry = False
         self.start = ClaimStart(inline_seconds=float(conf.get("FRONT_WALK_INLINE_MS")) / 1000)
         #: The front look the claims ask for (None: none; the worker sets it, and runs
         #: and stops its thread).
@@ -158,7 +160,10 @@ class Claimer:
                     if not self._one_turn(stopping):
                         return
                     pending = bool(self._unreleased)
-                self.wake.wait(GIVE_BACK_AGAIN_SECONDS if pending else self.poll_interval)
+                timeout = GIVE_BACK_AGAIN_SECONDS if pending else self.poll_interval
+                # A claim that came back short with room left: the front may show more.
+                walk = self.start.walk_due_in() if self._ran_dry else None
+                self.wake.wait(timeout if walk is None else min(timeout, walk))
         finally:
             # Once the loop has ended (stopped, or an error), the worker gives back what it
             # holds: no claim of the listener's may add to it meanwhile.
@@ -169,6 +174,7 @@ class Claimer:
         """Claim until there is nothing more to do now (the claim loop's, ``_turn`` held);
         False: the loop ends."""
         o = self.options
+        self._ran_dry = False
         while True:
             # Cleared before the look at ``stopping``: a stop (or a NOTIFY) that lands
             # after this wakes the wait that follows instead of being cleared unseen.
@@ -183,8 +189,12 @@ class Claimer:
             # estimate: the pool gave them up, this releases them.
             self._release(self.pool.take_given_back())
             if o.max_jobs is not None and self.held.claimed >= o.max_jobs:
-                self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
-                return False
+                # Not before every job is settled: one given back unstarted (its claim
+                # undone) leaves room for another claim.
+                if self.pool.holds_nothing() and not self._unreleased:
+                    self.events.exiting(f"reached --max-jobs {o.max_jobs}:")
+                    return False
+                return True
             try:
                 if self.limits.refresh() and self.limits.due():
                     self.claim_limited()
@@ -212,6 +222,7 @@ class Claimer:
                     return False
                 if got == room and not self._gave_back:
                     continue  # more may be ready; claim again as soon as there is room
+                self._ran_dry = got < room
             return True
 
     def _retries_keep_it(self, stopping: threading.Event) -> bool:
@@ -373,7 +384,10 @@ class Claimer:
         try:
             released = self.store.release(refunds(given), slotted=any(job.slots for job in given))
         except CONNECTION_ERRORS as exc:
-            self.events.release_failed(len(given), exc)
+            # Left to their leases, they would wait that long, and a job of one attempt
+            # would then be failed unrun: tried again at the next turns (``_give_back_again``).
+            self.events.release_retried(len(given), exc)
+            self._unreleased.extend(given)
             return
         for job in given:
             if job.key not in released:
@@ -381,9 +395,10 @@ class Claimer:
                 self._unreleased.append(job)
 
     def _give_back_again(self) -> None:
-        """Try once more to release what ``_give_back`` found locked, at most every
-        ``GIVE_BACK_AGAIN_SECONDS``; stop trying for a job that has moved on (an
-        operator released or ended it), or whose lease has run out (anyone's to claim)."""
+        """Try once more to release what ``_give_back`` found locked or could not send (a lost
+        connection), at most every ``GIVE_BACK_AGAIN_SECONDS``; stop trying for a job that
+        has moved on (an operator released or ended it), or whose lease has run out
+        (anyone's to claim)."""
         now = time.monotonic()
         if now < self._give_back_at:
             return
@@ -399,13 +414,11 @@ class Claimer:
             left = [job for job in left if job.key not in released]
             held = self.store.still_held([job.key for job in left]) if left else set()
         except CONNECTION_ERRORS as exc:
-            # Whether the release committed is unknown: were the jobs queued again with
-            # their attempts undone, a claim of ours could take one back under the same
-            # key, and a later try would give that live attempt back. Their leases run out.
-            self.events.claim_failed(exc)
-            for job in self._unreleased:
-                self.events.released(job, False)
-            self._unreleased = []
+            # Tried again at the next turns. Safe though whether the release committed is
+            # unknown: a claim of ours that takes one back under the same key drops it from
+            # here (``_hold``), and another worker's holds it under its own id, which the
+            # release's fence does not match.
+            self.events.release_retried(len(left), exc)
             return
         for job in left:
             if job.key not in held:

@@ -309,6 +309,14 @@ class Events:
             *self._ids(job),
         )
 
+    def release_retried(self, n: int, exc: BaseException) -> None:
+        logger.warning(
+            "could not give back %d lease(s) worker=%s: %s; trying again until their leases run out",
+            n,
+            self.worker_id,
+            describe(exc),
+        )
+
     def release_failed(self, n: int, exc: BaseException) -> None:
         logger.warning(
             "could not give back %d lease(s) worker=%s: %s; they expire on their own",

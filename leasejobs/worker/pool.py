@@ -94,6 +94,7 @@ class Pool(ChildReports):
                 if now >= self._next_body_look:
                     self._next_body_look = now + BODY_LOOK_SECONDS
                     self._hear_kept(now)
+                    self._settle_revokes(now)
                     self._look_at_bodies(now)
                 self._bury_the_dead(now)
             if self._closed and time.monotonic() > self._close_deadline:
@@ -107,10 +108,15 @@ class Pool(ChildReports):
                 job = self._backlog.popleft()
                 if self.held.give_back(job):
                     self._given_back.append(job)
+            now = time.monotonic()
             for child in self._children:
                 if not child.stopping:
                     child.stopping = True
                     child.channel.send((STOP,))
+                    if child.outstanding:
+                        # A child reads its STOP between bodies: those waiting behind a
+                        # long body are taken back now, to be given back at once.
+                        self._revoke(child, max(child.outstanding), now)
         self._wake()
 
     def close(self, timeout: float = 5.0) -> None:
@@ -149,7 +155,7 @@ class Pool(ChildReports):
         with self.lock:
             soon = IDLE_SECONDS
             for child in self._children:
-                if child.stops or ((child.closed_at or child.dead_at) and not child.buried):
+                if child.stops or child.revoking or ((child.closed_at or child.dead_at) and not child.buried):
                     soon = TIMEOUT_LOOK_SECONDS
                 elif child.outstanding and (
                     child.kept_recheck or self.slots[child.index].kept_count != child.kept_heard

@@ -34,6 +34,7 @@ from leasejobs.worker import outcomes, rules
 from leasejobs.worker.childstate import ChildState, pidfd_of
 from leasejobs.worker.held import HeldJob, Phase, facts_of
 from leasejobs.worker.messages import ENDED, LEAVING, UNSTARTED, Ended, endeds
+from leasejobs.worker.slots import REVOKE_SETTLE_SECONDS
 from leasejobs.worker.stopping import BodyStopping
 from leasejobs.worker.zygote import EXITED, OUTLIVED, SPAWNED
 
@@ -182,6 +183,23 @@ class ChildReports(BodyStopping):
                 self._given_back.append(job)
             else:
                 self._finish(job)
+
+    def _settle_revokes(self, now: float) -> None:
+        """``REVOKE_SETTLE_SECONDS`` after a revoke (``BodyStopping._revoke``): the jobs a child
+        had not started by then never start there, and are dealt with now; the others are
+        its to report; lock held."""
+        taken = False
+        for child in self._children:
+            if not child.revoking or now < child.revoked_at + REVOKE_SETTLE_SECONDS:
+                continue
+            started = self.slots[child.index].started
+            upto, child.revoking = child.revoking, 0
+            for seq in [seq for seq in child.outstanding if started < seq <= upto]:
+                child.stops.pop(seq, None)
+                self._unstarted(child.outstanding.pop(seq))
+                taken = True
+        if taken:
+            self._work_wanted()
 
     def _unhold(self, job: HeldJob) -> None:
         """The job leaves its child's hands, its bytes with it; lock held."""

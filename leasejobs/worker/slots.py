@@ -23,7 +23,8 @@ SIGKILLed would be held forever):
 - the supervisor writes ``deadline`` (monotonic time until which every lease
   of the jobs it gave this body surely holds, 0: no limit) and ``flag_seq``/
   ``flags`` (lease lost, cancel requested, timed out: for the job with that
-  assignment number only);
+  assignment number only), and ``revoke_upto`` (no job up to that assignment
+  number may start any more: ``SlotTable.revoke``);
 - the zygote reads them and kills a child whose running body outlived its
   lease (the supervisor may be paused and unable to do it).
 
@@ -50,6 +51,11 @@ BLOCK_ROW_LOCKED = 1
 BLOCK_WITH_PLACES = 2
 
 
+#: How long after ``SlotTable.revoke`` the supervisor reads which of the jobs it revoked
+#: have started: a store made before the write is long visible by then (store buffers
+#: drain in well under a microsecond; a process switched out drains them first).
+REVOKE_SETTLE_SECONDS = 0.02
+
 #: How many plainly done bodies a child keeps in its slot before it must send their reports.
 KEPT_RING = 64
 
@@ -65,6 +71,7 @@ class Slot(ctypes.Structure):
         ("deadline", ctypes.c_double),
         ("flag_seq", ctypes.c_int64),
         ("flags", ctypes.c_int64),
+        ("revoke_upto", ctypes.c_int64),
         ("kept_count", ctypes.c_int64),
         ("kept_seq", ctypes.c_int64 * KEPT_RING),
         ("kept_seconds", ctypes.c_double * KEPT_RING),
@@ -131,6 +138,19 @@ class SlotTable:
             slot.flag_seq = seq
         slot.flags = slot.flags | flag
         return True
+
+    def revoke(self, index: int, upto: int) -> None:
+        """No job of the slot's child up to assignment number ``upto`` starts from now on.
+
+        The child reads this before it starts a body, and once more after it
+        wrote ``started`` (``Child._run_one``). The supervisor reads ``started``
+        only ``REVOKE_SETTLE_SECONDS`` later: a job not started by then never
+        starts, and the supervisor may give it to another child or back to the
+        queue while the child still runs the body before it. One write each,
+        no lock: a store is seen by the other process long before that.
+        """
+        slot = self._slots[index]
+        slot.revoke_upto = max(slot.revoke_upto, upto)
 
     def set_deadline(self, index: int, deadline: float) -> None:
         self._slots[index].deadline = deadline

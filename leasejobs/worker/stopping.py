@@ -106,7 +106,7 @@ class BodyStopping(JobAssignment):
             running = self.slots.running(child.index)
             busy += running is not None
             if running is not None:
-                self._rebalance(child, running.seq, now - running.started_at)
+                self._rebalance(child, running.seq, now - running.started_at, now)
                 job = child.outstanding.get(running.seq)
                 if job is not None and job.phase is Phase.ASSIGNED and job.task is not None:
                     seconds = job.task.timeout_seconds
@@ -128,10 +128,10 @@ class BodyStopping(JobAssignment):
                     child.channel.send((REVOKE, [seq]))
         observe.bodies_running(busy)
 
-    def _rebalance(self, child: ChildState, running: int, for_seconds: float) -> None:
-        """A body running far longer than estimated keeps the jobs waiting behind it: its
-        child reports them unstarted, and they go to a child with room, or back to the
-        queue (``_unstarted``); lock held.
+    def _rebalance(self, child: ChildState, running: int, for_seconds: float, now: float) -> None:
+        """A body running far longer than estimated keeps the jobs waiting behind it: they
+        are revoked in its slot, and go to a child with room, or back to the queue
+        (``_revoke``); lock held.
 
         40 ms past its estimate when another child is idle; 0.25 s past it when
         none is (``rules.SLOWED_TASK_SECONDS``), since those jobs go back to the
@@ -149,7 +149,15 @@ class BodyStopping(JobAssignment):
         if not waiting:
             return
         child.rebalanced_after = running
-        child.channel.send((REVOKE, waiting))
+        self._revoke(child, max(waiting), now)
+
+    def _revoke(self, child: ChildState, upto: int, now: float) -> None:
+        """Take back the jobs of ``child`` up to ``upto`` that it has not started, whatever body
+        it runs meanwhile (``SlotTable.revoke``); ``ChildReports._settle_revokes`` deals with
+        them; lock held."""
+        self.slots.revoke(child.index, upto)
+        child.revoking = max(child.revoking, upto)
+        child.revoked_at = now
 
     def _time_out(self, child: ChildState, job: HeldJob, seconds: float | None) -> None:
         """Past its timeout: decide the outcome, stop the body, write it once it stopped; lock held."""

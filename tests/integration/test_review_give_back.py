@@ -233,7 +233,10 @@ def test_a_give_back_pending_when_max_jobs_ends_the_loop_is_tried_again_while_th
         claimer._give_back([job])  # found locked: pending
         record.enqueue(2)  # the job this worker's --max-jobs 1 will run
         time.sleep(GIVE_BACK_AGAIN_SECONDS)
-        assert not claimer._one_turn(stopping), "claims the other job, then --max-jobs ends the loop"
+        # Claims the other job; --max-jobs then waits (the loop goes on) until nothing is held
+        # and no give-back is pending, and the drain tries again as well.
+        assert claimer._one_turn(stopping), "--max-jobs ends the loop with a give-back pending"
+        assert w.held.claimed == 1
         assert [j.key for j in claimer._unreleased] == [job.key]
         assert claimer.give_back_pending(), "the drain's try while the row is locked"
     time.sleep(GIVE_BACK_AGAIN_SECONDS)
