@@ -3,11 +3,14 @@
 ``leasejobs_restore_descendants`` (migration 0009) put back to waiting every
 descendant a retried job's failure had cancelled, even one with another
 parent that failed or was cancelled too: that job waited forever for a
-parent that would never end again.
+parent that would never end again. It also left the run-anyway edges of the
+retried job resolved, so a run-anyway child that had not started yet ran
+before the retried job ended, and saw ``None`` for it.
 
 The new text (``leasejobs.db.sql.workflows.RESTORE_FUNCTION``, commented
 there) keeps such a descendant cancelled, naming the failure that still
-holds. Reversed, the function of 0009 comes back (``BEFORE``,
+holds, and makes a run-anyway child that has not started wait for the
+retried job again. Reversed, the function of 0009 comes back (``BEFORE``,
 its text as it was).
 """
 

@@ -150,6 +150,37 @@ def test_retrying_every_failed_parent_at_once_restores_their_child():
     assert Job.objects.get(id=c.id).status == "queued" and not due(c.id)
 
 
+def test_a_run_anyway_child_not_started_waits_again_for_a_retried_parent():
+    with leasejobs.workflow("rule") as wf:
+        a, b = wf.add(leaf, args=(1,)), wf.add(leaf, args=(2,))
+        c = wf.add(gather, after=[a, b], on_parent_failure="run")
+        m = wf.add(node, args=("m",), after=[a])
+        r = wf.add(node, args=("r",), after=[m], on_parent_failure="run")
+    ran_and_ended(a.id, "failed")  # m cancelled; r's edge from m fires: r is due
+    ran_and_ended(b.id, "done")
+    assert due(c.id) and due(r.id)
+    retry(a.id)  # a, and m it restores, are not ended any more: c and r wait for them
+    assert Job.objects.get(id=c.id).pending_parents == 1 and not due(c.id)
+    assert Job.objects.get(id=r.id).pending_parents == 1 and not due(r.id)
+    ran_and_ended(a.id, "done")
+    assert due(c.id) and due(m.id) and not due(r.id)
+    ran_and_ended(m.id, "done")
+    assert due(r.id)
+
+
+def test_a_run_anyway_child_that_started_keeps_what_it_saw_when_its_parent_is_retried():
+    with leasejobs.workflow("rule") as wf:
+        a = wf.add(leaf, args=(1,))
+        c = wf.add(gather, after=[a], on_parent_failure="run")
+    ran_and_ended(a.id, "failed")
+    Job.objects.filter(id=c.id).update(status="running", attempt=1, leased_by="w")
+    retry(a.id)
+    row = Job.objects.get(id=c.id)
+    assert (row.status, row.pending_parents) == ("running", 0)
+    ran_and_ended(a.id, "done")  # its edge fired when it failed: it does not count again
+    assert Job.objects.get(id=c.id).pending_parents == 0
+
+
 def test_the_workflow_page_draws_the_graph_and_the_path_that_failed():
     with leasejobs.workflow("page") as wf:
         a = wf.add(leaf, args=(1,))

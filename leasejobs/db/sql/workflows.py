@@ -26,8 +26,10 @@ from leasejobs.db.sql.fragments import NEVER
 #: 3. The edges that fire: those of done parents (read, not written: a job
 #:    is done once), and those with ``run_on_failure`` out of failed or
 #:    cancelled ones, marked resolved so that the parent, retried and done
-#:    later, cannot count twice. Each child's ``pending_parents`` drops by its
-#:    edges that fired; a queued child reaching 0 becomes due now, and its
+#:    later, cannot count twice (the retry's restore unresolves the edge of a
+#:    child not started yet, which waits for the retried job's end instead:
+#:    the edge still counts once). Each child's ``pending_parents`` drops by
+#:    its edges that fired; a queued child reaching 0 becomes due now, and its
 #:    queue is NOTIFYed (``channel`` NULL: none).
 SETTLE_FUNCTION = """
 CREATE OR REPLACE FUNCTION leasejobs_settle_parents(parents bigint[], outcomes text[], channel text)
@@ -149,6 +151,13 @@ $fn$
 #:    (the retried job's no longer holds): the nearest such ancestor.
 #: 3. The candidates left wait for their parents again: queued, never due
 #:    while a parent is pending.
+#: 4. A run-anyway edge out of a retried or restored job fired when that job
+#:    ended; a child that has not started yet (queued, never claimed) waits
+#:    for it again: the edge is unresolved, the child's ``pending_parents``
+#:    rises and it is never due until the parent ends once more, so it sees
+#:    that end's result. A child that already started or ended keeps what it
+#:    saw: the parent's new end does not count for it again (the edge stays
+#:    resolved), and nothing runs it a second time.
 RESTORE_FUNCTION = """
 CREATE OR REPLACE FUNCTION leasejobs_restore_descendants(ids bigint[])
 RETURNS integer LANGUAGE plpgsql VOLATILE
@@ -158,6 +167,7 @@ DECLARE
     back bigint[];
     blocked bigint[];
     kept bigint[];
+    waiting bigint[];
     restored integer;
 BEGIN
     WITH RECURSIVE below(id) AS (
@@ -173,10 +183,13 @@ BEGIN
           AND c.status = 'cancelled' AND c.attempt = 0 AND NOT c.cancel_requested
     )
     SELECT COALESCE(array_agg(id), '{}') INTO found FROM below;
-    IF cardinality(found) = 0 THEN
+    SELECT COALESCE(array_agg(DISTINCT e.child_id), '{}') INTO waiting
+    FROM leasejobs_workflowedge AS e
+    WHERE e.parent_id = ANY(ids || found) AND e.run_on_failure AND e.resolved;
+    IF cardinality(found) = 0 AND cardinality(waiting) = 0 THEN
         RETURN 0;
     END IF;
-    PERFORM 1 FROM leasejobs_job WHERE id = ANY(found) ORDER BY id FOR NO KEY UPDATE;
+    PERFORM 1 FROM leasejobs_job WHERE id = ANY(found || waiting) ORDER BY id FOR NO KEY UPDATE;
 
     back := found;
     LOOP
@@ -220,6 +233,20 @@ BEGIN
     WHERE j.id = ANY(back) AND j.status = 'cancelled' AND j.attempt = 0 AND NOT j.cancel_requested;
     GET DIAGNOSTICS restored = ROW_COUNT;
 
+    IF cardinality(waiting) > 0 THEN
+        WITH reopened AS (
+            UPDATE leasejobs_workflowedge AS e SET resolved = false
+            FROM leasejobs_job AS c
+            WHERE e.parent_id = ANY(ids || back) AND e.run_on_failure AND e.resolved
+              AND c.id = e.child_id AND c.id = ANY(waiting) AND c.status = 'queued' AND c.attempt = 0
+            RETURNING e.child_id
+        )
+        UPDATE leasejobs_job AS j SET
+            pending_parents = j.pending_parents + r.n,
+            run_at = '9999-01-01 00:00:00+00'::timestamptz
+        FROM (SELECT child_id AS id, count(*)::int AS n FROM reopened GROUP BY child_id) AS r
+        WHERE j.id = r.id;
+    END IF;
     RETURN restored;
 END
 $fn$
