@@ -102,6 +102,85 @@ def test_the_admin_retry_restores_what_a_failure_cancelled_and_keeps_a_waiting_j
     assert due(b.id) and not due(c.id)
 
 
+def ran_and_ended(job_id: int, status: str) -> None:
+    """``end``, for a job whose body ran: claimed once (attempt 1), as a worker's job is."""
+    Job.objects.filter(id=job_id).update(attempt=1)
+    end(job_id, status)
+
+
+def retry(*job_ids: int) -> None:
+    """The admin's "Retry now" of ``job_ids``, as they are now."""
+    rows = list(Job.objects.filter(id__in=job_ids).order_by("id"))
+    params = {
+        "ids": [r.id for r in rows],
+        "statuses": [r.status for r in rows],
+        "attempts": [r.attempt for r in rows],
+        "channel": "x",
+    }
+    facade.admin_change(sql.ADMIN_RETRY, params)
+
+
+def test_a_retry_leaves_cancelled_what_another_failed_parent_would_cancel():
+    with leasejobs.workflow("rule") as wf:
+        a, b = wf.add(leaf, args=(1,)), wf.add(leaf, args=(2,))
+        c = wf.add(gather, after=[a, b])
+        d = wf.add(node, args=("d",), after=[c])
+        e = wf.add(node, args=("e",), after=[a])
+    ran_and_ended(a.id, "failed")
+    ran_and_ended(b.id, "failed")  # c was cancelled already: it settles nothing
+    retry(a.id)
+    rows = {j.id: j for j in Job.objects.all()}
+    assert rows[e.id].status == "queued" and not due(e.id)  # a's alone: it waits for a again
+    assert rows[c.id].status == rows[d.id].status == "cancelled"  # b's failure still holds
+    assert rows[c.id].last_error == rows[d.id].last_error == f"cancelled: job {b.id} of its workflow failed"
+    retry(b.id)  # both retried: nothing is left to cancel them
+    assert [Job.objects.get(id=j.id).status for j in (c, d)] == ["queued", "queued"]
+    end(a.id, "done")
+    end(b.id, "done")
+    assert due(c.id) and not due(d.id)
+
+
+def test_retrying_every_failed_parent_at_once_restores_their_child():
+    with leasejobs.workflow("rule") as wf:
+        a, b = wf.add(leaf, args=(1,)), wf.add(leaf, args=(2,))
+        c = wf.add(gather, after=[a, b])
+    ran_and_ended(a.id, "failed")
+    ran_and_ended(b.id, "cancelled")
+    retry(a.id, b.id)
+    assert Job.objects.get(id=c.id).status == "queued" and not due(c.id)
+
+
+def test_a_run_anyway_child_not_started_waits_again_for_a_retried_parent():
+    with leasejobs.workflow("rule") as wf:
+        a, b = wf.add(leaf, args=(1,)), wf.add(leaf, args=(2,))
+        c = wf.add(gather, after=[a, b], on_parent_failure="run")
+        m = wf.add(node, args=("m",), after=[a])
+        r = wf.add(node, args=("r",), after=[m], on_parent_failure="run")
+    ran_and_ended(a.id, "failed")  # m cancelled; r's edge from m fires: r is due
+    ran_and_ended(b.id, "done")
+    assert due(c.id) and due(r.id)
+    retry(a.id)  # a, and m it restores, are not ended any more: c and r wait for them
+    assert Job.objects.get(id=c.id).pending_parents == 1 and not due(c.id)
+    assert Job.objects.get(id=r.id).pending_parents == 1 and not due(r.id)
+    ran_and_ended(a.id, "done")
+    assert due(c.id) and due(m.id) and not due(r.id)
+    ran_and_ended(m.id, "done")
+    assert due(r.id)
+
+
+def test_a_run_anyway_child_that_started_keeps_what_it_saw_when_its_parent_is_retried():
+    with leasejobs.workflow("rule") as wf:
+        a = wf.add(leaf, args=(1,))
+        c = wf.add(gather, after=[a], on_parent_failure="run")
+    ran_and_ended(a.id, "failed")
+    Job.objects.filter(id=c.id).update(status="running", attempt=1, leased_by="w")
+    retry(a.id)
+    row = Job.objects.get(id=c.id)
+    assert (row.status, row.pending_parents) == ("running", 0)
+    ran_and_ended(a.id, "done")  # its edge fired when it failed: it does not count again
+    assert Job.objects.get(id=c.id).pending_parents == 0
+
+
 def test_the_workflow_page_draws_the_graph_and_the_path_that_failed():
     with leasejobs.workflow("page") as wf:
         a = wf.add(leaf, args=(1,))

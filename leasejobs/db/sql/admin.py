@@ -66,7 +66,8 @@ SELECT c.id, c.attempt, c.leased_by, c.status FROM cancelled AS c WHERE (SELECT 
 #: runs its bodies started; the attempt itself is never lowered); a
 #: queued job scheduled for later becomes due now. NOTIFY on commit wakes the workers of those queues.
 #: A job of a workflow still waiting for parents stays never due; a retried
-#: job's descendants that its failure cancelled wait for it again
+#: job's descendants that its failure cancelled, and its run-anyway
+#: children not started yet, wait for it again
 #: (``leasejobs_restore_descendants``), so the workflow continues.
 ADMIN_RETRY = f"""
 WITH retried AS (

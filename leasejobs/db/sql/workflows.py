@@ -26,8 +26,10 @@ from leasejobs.db.sql.fragments import NEVER
 #: 3. The edges that fire: those of done parents (read, not written: a job
 #:    is done once), and those with ``run_on_failure`` out of failed or
 #:    cancelled ones, marked resolved so that the parent, retried and done
-#:    later, cannot count twice. Each child's ``pending_parents`` drops by its
-#:    edges that fired; a queued child reaching 0 becomes due now, and its
+#:    later, cannot count twice (the retry's restore unresolves the edge of a
+#:    child not started yet, which waits for the retried job's end instead:
+#:    the edge still counts once). Each child's ``pending_parents`` drops by
+#:    its edges that fired; a queued child reaching 0 becomes due now, and its
 #:    queue is NOTIFYed (``channel`` NULL: none).
 SETTLE_FUNCTION = """
 CREATE OR REPLACE FUNCTION leasejobs_settle_parents(parents bigint[], outcomes text[], channel text)
@@ -134,17 +136,38 @@ END
 $fn$
 """
 
-#: ``leasejobs_restore_descendants(ids)``: jobs ``ids`` were retried; their
-#: descendants that a failure cancelled (cancelled, never claimed, no cancel
-#: request: an operator's cancel always sets one) wait for their parents
-#: again: queued, never due while a parent is pending. Locked in id order
-#: first, like the settling.
+#: ``leasejobs_restore_descendants(ids)``: jobs ``ids`` were retried (queued
+#: again); the workflow goes on as if they had never ended. Every job it may
+#: change is locked in id order first, like the settling.
+#:
+#: 1. Their descendants that a failure cancelled (cancelled, never claimed,
+#:    no cancel request: an operator's cancel always sets one), reached by
+#:    edges that do not run anyway, are the candidates.
+#: 2. A candidate with another parent that failed or was cancelled (neither
+#:    retried here nor a candidate put back) stays cancelled: that failure
+#:    would have cancelled it had the retried job never failed. Dropping one
+#:    can block its own children, so this repeats until nothing changes. A
+#:    job kept cancelled gets a message naming the failure that keeps it so
+#:    (the retried job's no longer holds): the nearest such ancestor.
+#: 3. The candidates left wait for their parents again: queued, never due
+#:    while a parent is pending.
+#: 4. A run-anyway edge out of a retried or restored job fired when that job
+#:    ended; a child that has not started yet (queued, never claimed) waits
+#:    for it again: the edge is unresolved, the child's ``pending_parents``
+#:    rises and it is never due until the parent ends once more, so it sees
+#:    that end's result. A child that already started or ended keeps what it
+#:    saw: the parent's new end does not count for it again (the edge stays
+#:    resolved), and nothing runs it a second time.
 RESTORE_FUNCTION = """
 CREATE OR REPLACE FUNCTION leasejobs_restore_descendants(ids bigint[])
 RETURNS integer LANGUAGE plpgsql VOLATILE
 SET jit = off SET plan_cache_mode = force_custom_plan AS $fn$
 DECLARE
+    found bigint[];
     back bigint[];
+    blocked bigint[];
+    kept bigint[];
+    waiting bigint[];
     restored integer;
 BEGIN
     WITH RECURSIVE below(id) AS (
@@ -159,17 +182,71 @@ BEGIN
         WHERE NOT e.run_on_failure AND NOT e.resolved
           AND c.status = 'cancelled' AND c.attempt = 0 AND NOT c.cancel_requested
     )
-    SELECT array_agg(id) INTO back FROM below;
-    IF back IS NULL THEN
+    SELECT COALESCE(array_agg(id), '{}') INTO found FROM below;
+    SELECT COALESCE(array_agg(DISTINCT e.child_id), '{}') INTO waiting
+    FROM leasejobs_workflowedge AS e
+    WHERE e.parent_id = ANY(ids || found) AND e.run_on_failure AND e.resolved;
+    IF cardinality(found) = 0 AND cardinality(waiting) = 0 THEN
         RETURN 0;
     END IF;
-    PERFORM 1 FROM leasejobs_job WHERE id = ANY(back) ORDER BY id FOR NO KEY UPDATE;
+    PERFORM 1 FROM leasejobs_job WHERE id = ANY(found || waiting) ORDER BY id FOR NO KEY UPDATE;
+
+    back := found;
+    LOOP
+        SELECT array_agg(DISTINCT e.child_id) INTO blocked
+        FROM leasejobs_workflowedge AS e
+        JOIN leasejobs_job AS p ON p.id = e.parent_id
+        WHERE e.child_id = ANY(back) AND NOT e.run_on_failure
+          AND p.status IN ('failed', 'cancelled') AND p.id <> ALL(ids) AND p.id <> ALL(back);
+        EXIT WHEN blocked IS NULL;
+        back := ARRAY(SELECT unnest(back) EXCEPT SELECT unnest(blocked));
+    END LOOP;
+    kept := ARRAY(SELECT unnest(found) EXCEPT SELECT unnest(back));
+
+    IF cardinality(kept) > 0 THEN
+        WITH RECURSIVE cause(id, by, outcome) AS (
+            SELECT e.child_id, p.id, p.status FROM leasejobs_workflowedge AS e
+            JOIN leasejobs_job AS p ON p.id = e.parent_id
+            WHERE e.child_id = ANY(kept) AND NOT e.run_on_failure
+              AND p.status IN ('failed', 'cancelled') AND p.id <> ALL(ids) AND p.id <> ALL(kept)
+            UNION
+            SELECT e.child_id, c.by, c.outcome FROM cause AS c
+            JOIN leasejobs_workflowedge AS e ON e.parent_id = c.id
+            WHERE e.child_id = ANY(kept) AND NOT e.run_on_failure
+        ),
+        message AS (
+            SELECT DISTINCT ON (id) id,
+                   'cancelled: job ' || by || ' of its workflow '
+                   || CASE outcome WHEN 'failed' THEN 'failed' ELSE 'was cancelled' END AS text
+            FROM cause ORDER BY id, by
+        )
+        UPDATE leasejobs_job AS j SET last_error = m.text
+        FROM message AS m
+        WHERE j.id = m.id AND j.status = 'cancelled' AND j.attempt = 0 AND NOT j.cancel_requested
+          AND j.last_error IS DISTINCT FROM m.text;
+    END IF;
+
     UPDATE leasejobs_job AS j SET
         status = 'queued', finished_at = NULL, last_error = '',
         run_at = CASE WHEN j.pending_parents > 0 THEN '9999-01-01 00:00:00+00'::timestamptz
                       ELSE clock_timestamp() END
     WHERE j.id = ANY(back) AND j.status = 'cancelled' AND j.attempt = 0 AND NOT j.cancel_requested;
     GET DIAGNOSTICS restored = ROW_COUNT;
+
+    IF cardinality(waiting) > 0 THEN
+        WITH reopened AS (
+            UPDATE leasejobs_workflowedge AS e SET resolved = false
+            FROM leasejobs_job AS c
+            WHERE e.parent_id = ANY(ids || back) AND e.run_on_failure AND e.resolved
+              AND c.id = e.child_id AND c.id = ANY(waiting) AND c.status = 'queued' AND c.attempt = 0
+            RETURNING e.child_id
+        )
+        UPDATE leasejobs_job AS j SET
+            pending_parents = j.pending_parents + r.n,
+            run_at = '9999-01-01 00:00:00+00'::timestamptz
+        FROM (SELECT child_id AS id, count(*)::int AS n FROM reopened GROUP BY child_id) AS r
+        WHERE j.id = r.id;
+    END IF;
     RETURN restored;
 END
 $fn$
