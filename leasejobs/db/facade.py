@@ -142,9 +142,12 @@ def read_steps(job_id: int) -> list[Row]:
     return _rows(steps.STEPS, {"job_id": job_id})
 
 
-def record_step(cursor: Any, params: Mapping[str, Any]) -> None:
-    """Store a completed step's JSON result (``RECORD_STEP``)."""
+def record_step(cursor: Any, params: Mapping[str, Any]) -> str:
+    """Store a completed step's JSON result (``RECORD_STEP``); the result as ``jsonb`` keeps
+    it, which every later attempt reads back."""
     cursor.execute(steps.RECORD_STEP, params)
+    text: str = cursor.fetchone()[0]
+    return text
 
 
 def record_sleep(cursor: Any, params: Mapping[str, Any]) -> None:
@@ -157,9 +160,10 @@ def lock_event_key(cursor: Any, key: str) -> None:
     cursor.execute(steps.LOCK_EVENT_KEY, {"key": key})
 
 
-def look_event(cursor: Any, key: str) -> Row:
-    """(event id or None, payload text, database clock) of an event key."""
-    cursor.execute(steps.LOOK_EVENT, {"key": key})
+def look_event(cursor: Any, params: Mapping[str, Any]) -> Row:
+    """(event id or None, payload text, database clock) of the event a job's wait gets: its
+    key's, unless sent after that wait's deadline (``LOOK_EVENT``)."""
+    cursor.execute(steps.LOOK_EVENT, params)
     row: Row = cursor.fetchone()
     return row
 

@@ -22,11 +22,13 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from leasejobs import conf
 from leasejobs.db import facade
 from leasejobs.db.rows import one_line, stored_json, validate_key
+from leasejobs.db.sql.fragments import NEVER
 from leasejobs.exceptions import Suspended, WaitTimeout
 
 logger = logging.getLogger("leasejobs.steps")
@@ -54,9 +56,22 @@ def step_key(job_id: int, name: str) -> str:
 
 
 def _seconds(value: object, what: str) -> float:
+    """Seconds a sleep or a wait lasts: finite, 0 or more, and ending before ``NEVER``, the
+    date that marks a waiting job's ``run_at`` as never: a job due after it (a sleep of a
+    billion years) could not be read back by Python's ``datetime``, nor by any page or
+    query that loads it."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{what} must be a finite number of seconds, 0 or more.")
+    if value >= (_NEVER - datetime.now(UTC)).total_seconds():
+        raise ValueError(
+            f"{what} would end after {_NEVER:%Y-%m-%d}, later than a job's run_at can be read back: "
+            f"{value:g} s is too long (a job that waits until someone acts waits for an event "
+            "with no timeout)."
+        )
     return float(value)
+
+
+_NEVER = datetime.fromisoformat(NEVER)
 
 
 def load_result(text: str | None) -> Any:
@@ -135,9 +150,16 @@ class StepBook:
         return load_result(text)
 
     def _record(self, cursor: Any, name: str, value: Any) -> str:
-        text = stored_json(value, f"the result of step {name!r}")
-        facade.record_step(
-            cursor, {"job_id": self.job_id, "name": name, "attempt": self.attempt, "result": text}
+        # Read back as ``jsonb`` stored it (no exponent, no negative zero), as every later
+        # attempt reads it: the attempt that ran ``fn`` sees the same value.
+        text = facade.record_step(
+            cursor,
+            {
+                "job_id": self.job_id,
+                "name": name,
+                "attempt": self.attempt,
+                "result": stored_json(value, f"the result of step {name!r}"),
+            },
         )
         self._rows()[name] = Stored("step", self.attempt, text, None, None, True)
         return text
@@ -183,7 +205,7 @@ class StepBook:
             return load_result(stored.result)
         params = {"job_id": self.job_id, "name": name, "attempt": self.attempt, "key": event_key}
         with self._fenced(("wait", name), event_key) as cursor:
-            event_id, payload, _ = facade.look_event(cursor, event_key)
+            event_id, payload, _ = facade.look_event(cursor, params)
             if event_id is not None:
                 facade.receive_event(cursor, {**params, "payload": payload, "event_id": event_id})
                 got = "received"

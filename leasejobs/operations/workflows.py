@@ -33,6 +33,10 @@ NEVER = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 #: or it runs all the same once every parent has ended.
 ON_PARENT_FAILURE = ("cancel", "run")
 
+#: ``cancel_workflow``'s passes at most: each takes what workers claimed while the one
+#: before waited; a workflow whose jobs are claimed faster than a pass ends is rare.
+CANCEL_PASSES = 10
+
 
 class Workflow:
     """One workflow being built: ``with leasejobs.workflow(name) as wf: wf.add(...)``.
@@ -198,7 +202,17 @@ def cancel_workflow(workflow: "Workflow | WorkflowRow | int", by: str = "cancel_
 
     The admin's fenced cancel, a batch at a time (``operations.bulk``);
     returns what it matched and changed. Jobs that end meanwhile are left
-    as they ended.
+    as they ended. Each job is cancelled fenced on the state it was read in,
+    so one that a worker claimed between the read and the write (the write
+    waited for a row a running step held, say) is left: passes go on until
+    none is left unfinished without a cancel, at most ``CANCEL_PASSES``.
     """
     jobs = Job.objects.using(db_alias()).filter(workflow_id=_workflow_id(workflow))
-    return bulk.apply("cancel", jobs, by)
+    uncancelled = jobs.exclude(status=Job.Status.RUNNING, cancel_requested=True)
+    outcome = last = bulk.apply("cancel", uncancelled, by)
+    for _ in range(CANCEL_PASSES - 1):
+        if not last.moved_on:
+            break
+        last = bulk.apply("cancel", uncancelled, by)
+        outcome.changed.extend(last.changed)
+    return outcome

@@ -69,3 +69,13 @@ def test_an_error_entry_names_attempt_worker_class_and_traceback():
     assert entry["traceback"].startswith("Traceback (most recent call last):")
     assert entry["traceback"].rstrip().endswith("KeyError: 'gone'")
     assert qualified_name(ValueError) == "builtins.ValueError"
+
+
+@pytest.mark.parametrize("seconds", [10**12, 3e11])
+def test_a_sleep_or_wait_ending_past_the_never_date_is_refused_where_it_is_asked(seconds):
+    """Review 52d: a job due after 9999-01-01 could not be read back by Python's datetime."""
+    from leasejobs.jobs.steps import _seconds
+
+    with pytest.raises(ValueError, match=r"^ctx.sleep\('parked', seconds\) would end after 9999-01-01"):
+        _seconds(seconds, "ctx.sleep('parked', seconds)")
+    assert _seconds(86400 * 365 * 100, "a century") == 86400 * 365 * 100

@@ -29,6 +29,7 @@ RECORD_STEP = """
 INSERT INTO leasejobs_step (job_id, name, kind, attempt, result, done, created_at, done_at)
 VALUES (%(job_id)s, %(name)s, 'step', %(attempt)s, %(result)s::jsonb, true, clock_timestamp(),
         clock_timestamp())
+RETURNING result::text
 """
 
 #: A ``ctx.sleep``: its row, and the job due when it ends.
@@ -46,10 +47,17 @@ UPDATE leasejobs_job AS j SET run_at = s.wake_at FROM slept AS s WHERE j.id = s.
 #: 0x6c6a6f62, "ljob", so leasejobs' locks do not meet an application's).
 LOCK_EVENT_KEY = "SELECT pg_advisory_xact_lock(1819963234, hashtext(%(key)s))"
 
-#: The event of a key, if it was sent, and the database clock.
+#: The event of a key, if it was sent before the deadline of the job's wait (an
+#: event sent after it came too late, however soon a worker got to the job), and
+#: the database clock.
 LOOK_EVENT = """
 SELECT e.id, e.payload::text, clock_timestamp()
-FROM (SELECT 1) AS one LEFT JOIN leasejobs_event AS e ON e.key = %(key)s
+FROM (SELECT 1) AS one
+LEFT JOIN leasejobs_event AS e
+       ON e.key = %(key)s
+      AND NOT EXISTS (SELECT FROM leasejobs_step AS s
+                      WHERE s.job_id = %(job_id)s AND s.name = %(name)s AND NOT s.done
+                        AND s.wake_at < e.created_at)
 """
 
 #: A wait that received its event: the payload is the step's result.
