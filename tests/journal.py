@@ -45,6 +45,18 @@ def read(path: Path) -> tuple[dict[Key, float], dict[Key, float], dict[Key, str]
     return starts, ends, workers
 
 
+def first_lines(path: Path, kind: str) -> dict[Key, float]:
+    """The journal's lines of one kind (any letter a body notes): (job id, attempt) -> the
+    wall time of the first."""
+    found: dict[Key, float] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            fields = line.split()
+            if fields[0] == kind:
+                found.setdefault((int(fields[1]), int(fields[2])), float(fields[3]))
+    return found
+
+
 def read_unbacked(path: Path) -> dict[Key, tuple[float, str]]:
     """The ``X`` starts: (job id, attempt) -> (wall time, worker)."""
     found: dict[Key, tuple[float, str]] = {}

@@ -14,7 +14,6 @@ import re
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +23,7 @@ from leasejobs.operations import bulk
 from leasejobs.queues import controls
 from tests import review51_a_tasks
 from tests.helpers import WorkerProcess, wait_until
-from tests.journal import max_concurrency, read_ticks
+from tests.journal import first_lines, max_concurrency, read_ticks
 from tests.review51_a_tasks import (
     calls,
     cooperative,
@@ -70,17 +69,6 @@ def logged_at(worker: WorkerProcess, pattern: str) -> float:
             stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
             return stamp.timestamp()
     raise AssertionError(f"no {pattern!r} in the worker's log")
-
-
-def lines(path: Path, kind: str) -> dict[tuple[int, int], float]:
-    """The journal's lines of one kind (S, E, F): (job id, attempt) -> wall time (the first)."""
-    found: dict[tuple[int, int], float] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            fields = line.split()
-            if fields[0] == kind:
-                found.setdefault((int(fields[1]), int(fields[2])), float(fields[3]))
-    return found
 
 
 # -- what one body does to its process reaches the next ----------------------------------------
@@ -195,13 +183,13 @@ def test_a_pause_stops_new_starts_within_a_second_when_a_task_slows_down(worker,
     calls.using(queue=queue).bulk_enqueue([((str(slow), 0.5), {}) for _ in range(40)])
     worker("--concurrency", "2", "--queue", queue)
     try:
-        wait_until(lambda: lines(slow, "S"), timeout=60, what="the first slow body starts")
+        wait_until(lambda: first_lines(slow, "S"), timeout=60, what="the first slow body starts")
         controls.pause_queue(queue)
         paused = time.time()
         time.sleep(4)
     finally:
         controls.resume_queue(queue)
-    late = sorted(t - paused for t in lines(slow, "S").values() if t > paused + 1.0)
+    late = sorted(t - paused for t in first_lines(slow, "S").values() if t > paused + 1.0)
     assert late == [], f"{len(late)} bodies of the paused queue started 1 to {late[-1]:.1f} s after the pause"
 
 
@@ -222,7 +210,7 @@ def test_jobs_sent_back_from_behind_a_slowed_body_are_queued_again_at_once(worke
     innocent.using(queue=queue, priority=5).enqueue(str(slow), 2)
     behind = innocent.using(queue=queue).bulk_enqueue([((str(after), 0), {}) for _ in range(20)])
     worker("--concurrency", "1", "--queue", queue)
-    wait_until(lambda: lines(slow, "S"), timeout=60, what="the slow body starts")
+    wait_until(lambda: first_lines(slow, "S"), timeout=60, what="the slow body starts")
     try:
         wait_until(
             lambda: all(job_now(j).status == "done" for j in behind), timeout=15, what="the jobs behind end"
@@ -372,11 +360,11 @@ def test_a_cancel_of_a_running_body_is_not_lost_to_a_cancel_of_the_job_queued_be
     running = cooperative.using(priority=5).enqueue(str(path), 10)
     queued = cooperative.enqueue(str(path), 0)
     worker("--concurrency", "1", "--lease", "3")
-    wait_until(lambda: lines(path, "S").get((running.id, 1)), timeout=30, what="the long body starts")
+    wait_until(lambda: first_lines(path, "S").get((running.id, 1)), timeout=30, what="the long body starts")
     bulk.apply("cancel", Job.objects.filter(id__in=[running.id, queued.id]), by="test")
     asked = time.time()
     wait_until(lambda: job_now(running).status in FINAL, timeout=30, what="the long job ends")
-    seen = lines(path, "C").get((running.id, 1))
+    seen = first_lines(path, "C").get((running.id, 1))
     r = job_now(running)
     saw = f"saw the cancel {seen - asked:.1f} s after it" if seen else "never saw the cancel"
     assert (r.status, seen is not None) == ("cancelled", True), (
@@ -393,7 +381,7 @@ def _overrun_behind_a_cancelled_job(worker, tmp_path):
     overrun = effect_after_overrun.using(priority=5).enqueue(str(path), 5)
     queued = effect_after_overrun.enqueue(str(path), 0)
     w = worker("--concurrency", "1", "--lease", "3")
-    wait_until(lambda: lines(path, "S").get((overrun.id, 1)), timeout=30, what="the long body starts")
+    wait_until(lambda: first_lines(path, "S").get((overrun.id, 1)), timeout=30, what="the long body starts")
     w.wait_for_log(rf"timeout job={overrun.id} attempt=1", timeout=10)
     bulk.apply("cancel", Job.objects.filter(id=queued.id), by="test")
     w.wait_for_log(rf"body stopped job={overrun.id} attempt=1", timeout=20)
@@ -411,8 +399,8 @@ def test_a_timed_out_attempts_side_effect_is_refused_though_a_queued_job_is_canc
     retry), and its side effect belongs to the attempt that timed out.
     """
     _, path, overrun = _overrun_behind_a_cancelled_job(worker, tmp_path)
-    made = lines(path, "K")
-    timed_out = lines(path, "S")[(overrun.id, 1)] + 3.0
+    made = first_lines(path, "K")
+    timed_out = first_lines(path, "S")[(overrun.id, 1)] + 3.0
     assert (overrun.id, 1) not in made, (
         f"attempt 1 recorded its side effect {made[(overrun.id, 1)] - timed_out:.1f} s after its timeout "
         f"and was written as: {job_now(overrun).errors[0]['traceback'].splitlines()[-1]}"

@@ -9,7 +9,6 @@ fails against the branch it was written on; what it found is in its docstring.
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -18,6 +17,7 @@ from leasejobs.models import Job
 from leasejobs.queues import controls
 from tests import review52_tasks
 from tests.helpers import WorkerProcess, wait_until
+from tests.journal import first_lines
 from tests.review52_tasks import works
 
 # The workers import tests.review52_tasks (tests.review52_settings names it in TASK_MODULES).
@@ -42,17 +42,6 @@ def job_now(job: Job) -> Job:
     return job
 
 
-def lines(path: Path, kind: str) -> dict[tuple[int, int], float]:
-    """The journal's lines of one kind (S, E): (job id, attempt) -> wall time (the first)."""
-    found: dict[tuple[int, int], float] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            fields = line.split()
-            if fields[0] == kind:
-                found.setdefault((int(fields[1]), int(fields[2])), float(fields[3]))
-    return found
-
-
 def all_final(jobs: list[Job]) -> bool:
     return Job.objects.filter(id__in=[j.id for j in jobs], status__in=FINAL).count() == len(jobs)
 
@@ -75,8 +64,8 @@ def test_jobs_behind_a_slowed_body_go_to_the_idle_child(worker, tmp_path):
     behind = works.using(queue=queue).bulk_enqueue([((str(after), 0), {}) for _ in range(20)])
     worker("--concurrency", "2", "--queue", queue)
     wait_until(lambda: all_final(behind) and all_final([long]), timeout=60, what="every job ends")
-    began = lines(slow, "S")[(long.id, 1)]
-    late = sorted(t - began for t in lines(after, "S").values() if t - began > 1.0)
+    began = first_lines(slow, "S")[(long.id, 1)]
+    late = sorted(t - began for t in first_lines(after, "S").values() if t - began > 1.0)
     assert late == [], (
         f"{len(late)} of the 20 jobs claimed behind the slowed body started {late[0]:.1f} to "
         f"{late[-1]:.1f} s after it, with the worker's other child idle"
@@ -132,14 +121,14 @@ def test_jobs_given_back_after_a_lost_connection_are_not_failed_unrun(worker, tm
     long = works.using(queue=queue, priority=5).enqueue(str(slow), 2)
     behind = works.using(queue=queue).bulk_enqueue([((str(after), 0), {}) for _ in range(20)])
     worker("--concurrency", "1", "--queue", queue, "--lease", "3", "--worker-id", "cut52")
-    wait_until(lambda: lines(slow, "S"), timeout=60, what="the slow body starts")
+    wait_until(lambda: first_lines(slow, "S"), timeout=60, what="the slow body starts")
     with psycopg.connect(**connection_params(), autocommit=True) as admin:
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name = 'leasejobs finish cut52'"
         )
     wait_until(lambda: all_final(behind) and all_final([long]), timeout=60, what="every job ends")
-    ran = lines(after, "S")
+    ran = first_lines(after, "S")
     unrun = [job_now(j) for j in behind if (j.id, 1) not in ran and job_now(j).status == "failed"]
     why = sorted({j.last_error.split(":")[0] for j in unrun})
     assert unrun == [], f"{len(unrun)} of the 20 jobs failed without a body having started: {why}"
@@ -162,7 +151,7 @@ def test_sigterm_gives_the_jobs_waiting_behind_a_body_back_at_once(worker, tmp_p
     long = works.using(queue=queue, priority=5).enqueue(str(slow), 6)
     behind = works.using(queue=queue).bulk_enqueue([((str(after), 0), {}) for _ in range(20)])
     a = worker("--concurrency", "1", "--queue", queue, "--grace", "30", "--worker-id", "a52")
-    wait_until(lambda: lines(slow, "S"), timeout=60, what="the slow body starts")
+    wait_until(lambda: first_lines(slow, "S"), timeout=60, what="the slow body starts")
     b = worker("--concurrency", "2", "--queue", queue, "--worker-id", "b52")
     b.wait_for_log("worker started", timeout=30)
     time.sleep(0.5)
@@ -170,7 +159,7 @@ def test_sigterm_gives_the_jobs_waiting_behind_a_body_back_at_once(worker, tmp_p
     termed = time.time()
     wait_until(lambda: all_final(behind) and all_final([long]), timeout=60, what="every job ends")
     assert a.wait(timeout=30) == 0
-    late = sorted(t - termed for t in lines(after, "S").values() if t - termed > 1.5)
+    late = sorted(t - termed for t in first_lines(after, "S").values() if t - termed > 1.5)
     assert late == [], (
         f"{len(late)} of the 20 jobs waiting behind a's slow body started {late[0]:.1f} to "
         f"{late[-1]:.1f} s after a's SIGTERM, with worker b idle"
@@ -195,14 +184,14 @@ def test_a_pause_stops_the_jobs_behind_a_slowed_body_from_starting(worker, tmp_p
     works.using(queue=queue).bulk_enqueue([((str(after), 0), {}) for _ in range(20)])
     worker("--concurrency", "2", "--queue", queue)
     try:
-        wait_until(lambda: lines(slow, "S"), timeout=60, what="the slow body starts")
+        wait_until(lambda: first_lines(slow, "S"), timeout=60, what="the slow body starts")
         controls.pause_queue(queue)
         paused = time.time()
-        wait_until(lambda: lines(slow, "E"), timeout=30, what="the slow body ends")
+        wait_until(lambda: first_lines(slow, "E"), timeout=30, what="the slow body ends")
         time.sleep(2)
     finally:
         controls.resume_queue(queue)
-    late = sorted(t - paused for t in lines(after, "S").values() if t > paused + 1.0)
+    late = sorted(t - paused for t in first_lines(after, "S").values() if t > paused + 1.0)
     assert late == [], (
         f"{len(late)} bodies of the paused queue started {late[0]:.1f} to {late[-1]:.1f} s after the pause"
     )
@@ -225,5 +214,5 @@ def test_a_lower_priority_job_starts_as_the_higher_ones_run_out(worker, tmp_path
     last = works.using(queue=queue).enqueue(str(low), 0)
     worker("--concurrency", "1", "--queue", queue)
     wait_until(lambda: all_final([last]), timeout=60, what="the low priority job ends")
-    gap = lines(low, "S")[(last.id, 1)] - max(lines(high, "E").values())
+    gap = first_lines(low, "S")[(last.id, 1)] - max(first_lines(high, "E").values())
     assert gap < 0.25, f"the lower-priority job started {gap:.2f} s after the last higher one ended"
