@@ -226,7 +226,7 @@ class Child:
                 return 0
             while self.queue:
                 job = self.queue.popleft()
-                if self.stopping or self._revoked(job.seq) or self._too_late(job):
+                if self.stopping or job.seq in self.revoked or self._too_late(job):
                     self.revoked.discard(job.seq)
                     self._unstarted.append(job.seq)
                     continue
@@ -254,11 +254,6 @@ class Child:
                     if more is None:
                         return 0
                     self._take(more)
-
-    def _revoked(self, seq: int) -> bool:
-        """Whether the worker took the job back: by a message, or in the slot while a body ran
-        (``SlotTable.revoke``: the only way it reaches a child busy with a long body)."""
-        return seq in self.revoked or seq <= self.slot.revoke_upto
 
     def _too_late(self, job: BodyJob) -> bool:
         """Whether ``job``'s body would start past its claim's lease, or past this slot's
@@ -366,9 +361,10 @@ class Child:
         self.slot.running = job.seq
         self.slot.started = job.seq
         if job.seq <= self.slot.revoke_upto:
-            # Revoked as it was about to start, after the look above: the worker, which
-            # reads ``started`` ``REVOKE_SETTLE_SECONDS`` after it revoked, may have given
-            # the job to another child already. It does not start here.
+            # Revoked in the slot (the way a revoke reaches a child busy with a long body),
+            # read only after ``started`` was written: the worker, which reads ``started``
+            # ``REVOKE_SETTLE_SECONDS`` after it revoked, may have given the job to another
+            # child already. It does not start here.
             self.slot.running = 0
             self.slot.started = before
             return None

@@ -142,8 +142,8 @@ class SlotTable:
     def revoke(self, index: int, upto: int) -> None:
         """No job of the slot's child up to assignment number ``upto`` starts from now on.
 
-        The child reads this before it starts a body, and once more after it
-        wrote ``started`` (``Child._run_one``). The supervisor reads ``started``
+        The child reads this after it wrote ``started`` for a body, before the
+        body starts (``Child._run_one``). The supervisor reads ``started``
         only ``REVOKE_SETTLE_SECONDS`` later: a job not started by then never
         starts, and the supervisor may give it to another child or back to the
         queue while the child still runs the body before it. One write each,
