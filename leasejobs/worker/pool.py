@@ -22,6 +22,7 @@ import os
 import selectors
 import time
 
+from leasejobs.worker import outcomes
 from leasejobs.worker.channel import Channel
 from leasejobs.worker.childstate import ChildState
 from leasejobs.worker.held import HeldJob, facts_of
@@ -170,7 +171,14 @@ class Pool(ChildReports):
     def _send_all(self) -> None:
         """Send every child what was assigned to it; lock held."""
         for _ in range(len(self._backlog)):
-            self._give(self._backlog.popleft())  # what still does not fit goes back to the end
+            job = self._backlog.popleft()
+            if job.cancel_requested:
+                # Cancelled while it waited for a child: no slot held its flag, so a body
+                # started now would not see the cancel. It never starts.
+                if self.held.settle(job, outcomes.cancelled_before_start(), started=False):
+                    self._finish(job)
+                continue
+            self._give(job)  # what still does not fit goes back to the end
         for child in self._children:
             if child.to_send and child.pid:
                 self._send(child)

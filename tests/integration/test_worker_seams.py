@@ -461,3 +461,19 @@ def test_a_stop_that_lands_just_before_the_claimer_clears_its_wake_up_claims_not
     claimer.wake = StopLandsBeforeTheClear()
     claimer.run(stopping)
     assert counted.claims == 0
+
+
+def test_a_job_cancelled_while_it_waits_for_a_child_never_starts(worker):
+    """A claimed job waits in the pool's backlog while no child takes jobs (children being
+    replaced); the heartbeat finds a cancel requested for it meanwhile. No child holds it,
+    so no slot flag goes up: handed to a child later, its body would start without
+    ``ctx.cancel_requested`` and end ``done``. It ends cancelled, unstarted, instead."""
+    w = worker
+    job = w.claim_one()
+    assert list(w.pool._backlog) == [job], "no child: the job waits in the backlog"
+    job.cancel_requested = True  # as the heartbeat sets it, before telling the pool
+    Pool.cancel(w.pool, job)
+    with w.pool.lock:
+        w.pool._send_all()
+    assert (list(w.pool._backlog), w.finished) == ([], [job])
+    assert job.outcome is not None and job.outcome.status == "cancelled"
