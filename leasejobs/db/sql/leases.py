@@ -57,11 +57,14 @@ renewed AS (
 holding AS (
     -- The attempts with places that still hold their job, as last committed
     -- (read, not locked: their own side-effect block may hold the row), and
-    -- every one of their places, unexpired.
+    -- every one of their places, unexpired. (``OFFSET 0``: a probe of each
+    -- row by its key, never a semi-join that, while the job table's
+    -- statistics say it is empty, reads every job's key.)
     SELECT h.* FROM held AS h
     WHERE h.slots > 0
       AND EXISTS (SELECT 1 FROM leasejobs_job AS j
-                  {fence("h", 16)})
+                  {fence("h", 16)}
+                  OFFSET 0)
       AND h.slots <= (SELECT count(*) FROM leasejobs_slot AS s
                       WHERE s.job_id = h.id AND s.attempt = h.attempt AND s.kind <> 'rate'
                         AND s.held_until >= now())
