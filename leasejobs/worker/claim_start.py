@@ -30,6 +30,15 @@ claimer walks from the front itself again when one is due. Until 4 December
 the claimer made every walk itself, and under a pinned horizon its claims
 waited for them.
 
+A job whose transaction commits after later jobs were claimed (a Django
+request that enqueues, then works on) lies behind the keys too. Its NOTIFY
+carries its place (``leasejobs.db.sql.fragments.keyed_payload``), and the
+listener hands it to ``heard``, which moves that priority's key back to just
+before it: found by the next claim, not by the next walk (with producers
+committing 0 to 30 ms after their INSERT, pickup p99 was 63 ms on a healthy
+database and 297 ms under a pinned horizon; docs/performance.md, "Jobs that
+commit late").
+
 Each priority the worker has claimed from keeps its key, and costs each
 claim from the keys one index probe (a few buffers) while it has no jobs.
 The claimer calls everything here but ``looked``, which the look's thread
@@ -43,6 +52,9 @@ from datetime import datetime
 
 from leasejobs import conf
 from leasejobs.db.store import ClaimedRow, ClaimKey
+
+#: A job's place in claim order, as a keyed NOTIFY carries it: its priority and key.
+Place = tuple[int, ClaimKey]
 
 #: A front look is due again this many times its own duration after it began,
 FRONT_GAP = 20
@@ -87,6 +99,9 @@ class ClaimStart:
         self._went_back: set[int] | None = set()
         #: A claim from the keys took jobs since the last walk from the front.
         self._took_since_walk = False
+        #: Keys ``heard`` moved back since the claim under way began: its rows, read
+        #: before those jobs committed, must not move the keys past them again.
+        self._heard: dict[int, ClaimKey] = {}
 
     def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
         """The keys the next claim starts after; None: from the front (``front`` asks for
@@ -99,6 +114,7 @@ class ClaimStart:
         """
         now = self._clock()
         with self._lock:
+            self._heard.clear()
             found, self._found = self._found, []
             for priority, key in found:
                 self._keys[priority] = ClaimKey(key.run_at, key.id - 1)
@@ -160,6 +176,37 @@ class ClaimStart:
             self._found.extend(kept)
             return bool(kept)
 
+    def heard(self, places: Iterable[Place]) -> None:
+        """Jobs a NOTIFY announced, each by its priority and key: each that lies behind
+        its priority's key moves the key back to just before it.
+
+        A priority with no key gets one (the claims from the keys would not walk
+        it), unless no priority has one: the next claim walks from the front.
+        Like a job given back (``claimed``), a key that went back drops what the
+        look under way finds for its priority, and what looks found and the
+        claimer has not taken in yet is kept by moving the key to the earliest.
+        Keys that cannot be compared (a ``run_at`` text Python cannot read) stay.
+        """
+        with self._lock:
+            for priority, job in places:
+                back = ClaimKey(job.run_at, job.id - 1)
+                # A claim under way may have read the queue before the job committed.
+                heard = self._heard.get(priority)
+                if heard is None or _before(back, heard) is True:
+                    self._heard[priority] = back
+                if not self._keys:
+                    continue
+                current = self._keys.get(priority)
+                if current is not None and _before(back, current) is not True:
+                    continue
+                for found_priority, found in self._found:
+                    if found_priority == priority and _before(found, back):
+                        back = ClaimKey(found.run_at, found.id - 1)
+                self._found = [(p, key) for p, key in self._found if p != priority]
+                if self._went_back is not None:
+                    self._went_back.add(priority)
+                self._keys[priority] = back
+
     def claimed(
         self,
         after: dict[int, ClaimKey] | None,
@@ -206,6 +253,10 @@ class ClaimStart:
                 self._found = [(p, key) for p, key in self._found if p not in stopped]
             self._keys.update({p: ClaimKey(*key) for p, key in last.items() if p not in stopped})
             self._keys.update(stopped)
+            for priority, back in self._heard.items():
+                current = self._keys.get(priority)
+                if (self._keys and current is None) or (current and _before(back, current) is True):
+                    self._keys[priority] = back
 
     def _walked(self, seconds: float, *, rows: int) -> None:
         """Count a walk from the front that took ``seconds`` and claimed ``rows`` (lock held)."""
@@ -213,3 +264,16 @@ class ClaimStart:
             self._costly_walks += 1
         else:
             self._costly_walks = 0
+
+
+def _before(a: ClaimKey, b: ClaimKey) -> bool | None:
+    """Whether key ``a`` comes before ``b`` in claim order; None when a ``run_at``
+    cannot be read (text in a ``DateStyle`` other than ISO, a year past 9999)."""
+    try:
+        a_at, b_at = (
+            key.run_at if isinstance(key.run_at, datetime) else datetime.fromisoformat(key.run_at)
+            for key in (a, b)
+        )
+        return (a_at, a.id) < (b_at, b.id)
+    except (ValueError, TypeError):
+        return None

@@ -27,7 +27,7 @@ child, so it holds its places only while its body runs.
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from leasejobs import conf
 from leasejobs.db.connection import CONNECTION_ERRORS, WorkerConnection
@@ -36,7 +36,7 @@ from leasejobs.db.store import Attempt, ClaimedRow, ClaimKey, WorkerStore, max_r
 from leasejobs.jobs import registry
 from leasejobs.jobs.registry import Task
 from leasejobs.worker import outcomes, rules
-from leasejobs.worker.claim_start import ClaimStart
+from leasejobs.worker.claim_start import ClaimStart, Place
 from leasejobs.worker.events import Events
 from leasejobs.worker.front_look import FrontLook
 from leasejobs.worker.held import HeldJob, HeldJobs, refunds
@@ -107,8 +107,12 @@ class Claimer:
         #: and stops its thread).
         self.front: FrontLook | None = None
 
-    def notified(self, queue: str | None, via: WorkerConnection | None = None) -> None:
-        """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected).
+    def notified(
+        self, queue: str | None, via: WorkerConnection | None = None, places: Sequence[Place] = ()
+    ) -> None:
+        """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected), and the
+        places in claim order of the jobs it announced, which the claims start before
+        when they lie behind the keys (``ClaimStart.heard``).
 
         When the claim loop is waiting, the listener's thread claims at once (a
         plain claim: news of a limited queue, ``--burst`` and ``--max-jobs`` are
@@ -116,6 +120,8 @@ class Claimer:
         otherwise, or when the claim filled the room (more may be ready), it
         wakes the loop.
         """
+        if places:
+            self.start.heard(places)
         self.limits.notified(queue)
         if (
             queue is not None

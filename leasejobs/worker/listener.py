@@ -1,7 +1,9 @@
 """The listener: wakes the claim loop on NOTIFY from a dedicated connection.
 
 The wake-up names the queue the NOTIFY carried, so the claim loop can tell a
-limited queue's news (a job enqueued, a place freed) from any other's.
+limited queue's news (a job enqueued, a place freed) from any other's, and,
+for a job enqueued, the job's place in claim order, so that the claims find
+a job that committed after later ones were claimed (``parse_payload``).
 
 That connection must reach PostgreSQL directly, never through a transaction
 pooler (see ``leasejobs.db.pooling``): it is the queue's database when that is
@@ -22,12 +24,33 @@ from typing import Any
 import psycopg
 
 from leasejobs.db.connection import WorkerConnection
-from leasejobs.db.store import CLAIM_SETTINGS
+from leasejobs.db.sql.fragments import PAYLOAD_SEPARATOR
+from leasejobs.db.store import CLAIM_SETTINGS, ClaimKey
+from leasejobs.worker.claim_start import Place
 from leasejobs.worker.events import Events
 
-#: The listener's wake-up: the queue a NOTIFY named (None: it reconnected), and the
-#: listen connection when claims may run on it.
-Wake = Callable[[str | None, WorkerConnection | None], None]
+#: The listener's wake-up: the queue a NOTIFY named (None: it reconnected), the
+#: listen connection when claims may run on it, and the places of the jobs enqueued.
+Wake = Callable[[str | None, WorkerConnection | None, list[Place]], None]
+
+
+def parse_payload(payload: str) -> tuple[str, Place | None]:
+    """The queue a NOTIFY payload names, and the place of the job it announces, if any.
+
+    A payload is a queue name, or a queue name followed by a job's priority,
+    ``run_at`` and id (``leasejobs.db.sql.fragments.keyed_payload``). The
+    fields are taken from the right, so a queue name may hold anything; a
+    payload whose tail does not read as a place is a queue name whole.
+    """
+    parts = payload.rsplit(PAYLOAD_SEPARATOR, 3)
+    if len(parts) == 4:
+        queue, priority, run_at, job_id = parts
+        try:
+            return queue, (int(priority), ClaimKey(run_at, int(job_id)))
+        except ValueError:
+            pass
+    return payload, None
+
 
 #: What ends one LISTEN session and starts the next: any error of the
 #: connection or of the server, including a transaction pooler's that the
@@ -67,14 +90,18 @@ def listen(
             # Never prepared: through a pooler the start-up probe missed, a statement
             # prepared on one server connection may be run on another.
             conn.execute(statement, prepare=False)
-            wake(None, None)  # anything enqueued while we were not listening
+            wake(None, None, [])  # anything enqueued while we were not listening
             while not done.is_set():
                 # Out of ``notifies`` before any wake-up: it holds the connection, which
                 # the wake-up may claim on. What arrives meanwhile waits in psycopg.
-                heard = [n.payload for n in conn.notifies(timeout=1.0, stop_after=1)]
-                for queue in dict.fromkeys(heard):
+                # One commit's notifications come in one packet: one wake-up per queue.
+                heard: dict[str, list[Place]] = {}
+                for notify in conn.notifies(timeout=1.0, stop_after=1):
+                    queue, place = parse_payload(notify.payload)
                     if queues is None or queue in queues:
-                        wake(queue, listener if claims and not listener.pooled else None)
+                        heard.setdefault(queue, []).extend([place] if place else [])
+                for queue, places in heard.items():
+                    wake(queue, listener if claims and not listener.pooled else None, places)
         except LISTEN_ERRORS as exc:
             listener.close()
             if not done.is_set():

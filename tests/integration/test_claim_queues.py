@@ -4,12 +4,13 @@ import datetime as dt
 import json
 import os
 import signal
+import threading
 import time
 from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from leasejobs.db import sql
@@ -156,34 +157,77 @@ def _stop_while_idle(application_name: str) -> int:
     raise AssertionError(f"{application_name} was never idle")
 
 
-def test_claims_go_on_while_a_front_look_hangs_and_its_finding_runs_once_it_ends(start_worker):
-    """Every walk from the front goes to the front look's thread (as under a pinned
-    horizon, where walks are costly), and the look's backend is stopped (SIGSTOP)
-    between two statements, so the next look hangs. The worker's claims from its keys go
-    on: 40 jobs enqueued one by one all run. A job due an hour ago lies before every
-    key: no claim from the keys sees it, and it runs once the look, resumed (SIGCONT),
-    finds it."""
+def _front_look_hung(start_worker: Any, worker_id: str) -> tuple[Any, int]:
+    """A worker whose every walk from the front goes to the front look's thread (as under
+    a pinned horizon, where walks are costly), with keys (its first job done), and the
+    look's backend stopped (SIGSTOP) between two statements, so that its next look hangs
+    and nothing but a claim from the keys runs a job; the worker and the backend's pid."""
     worker = start_worker(
-        "--worker-id", "front-hang", "--concurrency", "2", env={"LEASEJOBS_TEST_FRONT_WALK_INLINE_MS": "0"}
+        "--worker-id", worker_id, "--concurrency", "2", env={"LEASEJOBS_TEST_FRONT_WALK_INLINE_MS": "0"}
     )
     first = record.enqueue(0)
     wait_until(lambda: Job.objects.get(pk=first.pk).status == "done", timeout=20, what="the first job done")
-    pid = _stop_while_idle("leasejobs front front-hang")
+    return worker, _stop_while_idle(f"leasejobs front {worker_id}")
+
+
+def _done(*jobs: Job) -> bool:
+    return Job.objects.filter(pk__in=[j.pk for j in jobs], status="done").count() == len(jobs)
+
+
+def test_claims_go_on_while_a_front_look_hangs_and_its_finding_runs_once_it_ends(start_worker):
+    """The front look hangs: the worker's claims from its keys go on, 40 jobs enqueued
+    one by one all run. A job enqueued due an hour ago lies before every key, and runs at
+    once all the same: its NOTIFY says where it lies. A job made due two hours ago by an
+    UPDATE (nothing announces it, as nothing announces a job whose lease ran out) stays
+    queued until the look, resumed (SIGCONT), finds it."""
+    worker, pid = _front_look_hung(start_worker, "front-hang")
     try:
         jobs = [record.enqueue(n) for n in range(1, 41)]
-        wait_until(
-            lambda: Job.objects.filter(pk__in=[j.pk for j in jobs], status="done").count() == 40,
-            timeout=30,
-            what="the jobs enqueued while the look hangs done",
-        )
-        late = record.using(run_at=timezone.now() - dt.timedelta(hours=1)).enqueue(99)
+        wait_until(lambda: _done(*jobs), timeout=30, what="the jobs enqueued while the look hangs done")
+        announced = record.using(run_at=timezone.now() - dt.timedelta(hours=1)).enqueue(99)
+        wait_until(lambda: _done(announced), timeout=10, what="the job enqueued behind every key done")
+        silent = record.using(run_at=timezone.now() + dt.timedelta(hours=1)).enqueue(98)
+        Job.objects.filter(pk=silent.pk).update(run_at=timezone.now() - dt.timedelta(hours=2))
         time.sleep(2)
-        assert Job.objects.get(pk=late.pk).status == "queued"
+        assert Job.objects.get(pk=silent.pk).status == "queued"
     finally:
         os.kill(pid, signal.SIGCONT)
-    wait_until(lambda: Job.objects.get(pk=late.pk).status == "done", timeout=20, what="the late job done")
+    wait_until(lambda: _done(silent), timeout=20, what="the job only the look finds done")
     assert worker.proc.poll() is None
     assert "front look failed" not in worker.log()
+
+
+def test_a_job_whose_transaction_commits_after_later_jobs_ran_runs_without_a_walk(start_worker):
+    """A producer enqueues in a transaction that stays open (a Django request working on),
+    while jobs enqueued after it are claimed and run: the worker's key moves past the
+    open job's place. With the front look hung, only its NOTIFY, which carries that
+    place, can bring the key back: the job runs within seconds of its commit."""
+    worker, pid = _front_look_hung(start_worker, "front-late")
+    opened, release = threading.Event(), threading.Event()
+    late: list[Job] = []
+
+    def producer() -> None:
+        try:
+            with transaction.atomic():
+                late.append(record.enqueue(97))
+                opened.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    try:
+        assert opened.wait(10)
+        jobs = [record.enqueue(n) for n in range(1, 11)]
+        wait_until(lambda: _done(*jobs), timeout=30, what="the jobs enqueued after the open one done")
+        release.set()
+        thread.join(10)
+        wait_until(lambda: _done(*late), timeout=10, what="the job committed late done")
+    finally:
+        release.set()
+        os.kill(pid, signal.SIGCONT)
+    assert worker.proc.poll() is None
 
 
 def test_on_a_healthy_database_the_claimer_walks_from_the_front_itself(start_worker):

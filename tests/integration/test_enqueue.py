@@ -17,6 +17,7 @@ from django.utils import timezone
 from leasejobs import RetryPolicy
 from leasejobs.db.connection import connection_params
 from leasejobs.models import Job
+from leasejobs.worker.listener import parse_payload
 from tests.testapp.tasks import add, kinds, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,10 +68,13 @@ def test_workers_are_notified_on_commit_only():
     try:
         listener.execute("LISTEN leasejobs")
         with transaction.atomic():
-            add.enqueue(1, 1)
+            job = add.enqueue(1, 1)
             assert list(listener.notifies(timeout=0.3)) == []
         [notify] = list(listener.notifies(timeout=2, stop_after=1))
-        assert notify.payload == "default"
+        # The queue, and where the job lies in claim order (workers' keys move back to it).
+        queue, (priority, key) = parse_payload(notify.payload)
+        assert (queue, priority, key.id) == ("default", job.priority, job.pk)
+        assert dt.datetime.fromisoformat(str(key.run_at)) == job.run_at
         # A job scheduled for later wakes nobody: the poll finds it when due.
         add.using(delay=60).enqueue(1, 1)
         assert list(listener.notifies(timeout=0.3)) == []

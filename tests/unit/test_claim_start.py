@@ -315,3 +315,116 @@ def test_keys_never_skip_a_job_and_a_look_brings_back_what_lies_before_them(
             after = start.after()
             for r in owed:
                 assert visible(after, r), "a look's finding was lost"
+
+
+def test_a_job_heard_of_behind_its_prioritys_key_moves_the_key_back_to_just_before_it() -> None:
+    start = ClaimStart(Clock())
+    start.claimed(None, 100.0, 0.01, [row(5, second=5), row(9, 5, second=9)], given_back=())
+    start.heard([(0, ClaimKey(T0 + timedelta(seconds=2), 3))])  # committed late: behind the key
+    start.heard([(0, ClaimKey(T0 + timedelta(seconds=8), 8))])  # after the key: nothing moves
+    start.heard([(3, ClaimKey(T0, 7))])  # a priority no claim took from gets a key
+    assert start.after() == {
+        0: ClaimKey(T0 + timedelta(seconds=2), 2),
+        5: ClaimKey(T0 + timedelta(seconds=9), 9),
+        3: ClaimKey(T0, 6),
+    }
+
+
+def test_a_job_heard_of_before_any_claim_leaves_the_next_claim_to_the_front() -> None:
+    start = ClaimStart(Clock())
+    start.heard([(0, ClaimKey(T0, 3))])
+    assert start.after() is None
+
+
+def test_a_claim_under_way_when_a_late_job_is_heard_of_does_not_move_the_key_past_it() -> None:
+    """The claim read the queue before the late job committed: its last row lies after
+    the job, and must not carry the key past it."""
+    start = ClaimStart(Clock())
+    start.claimed(None, 100.0, 0.01, [row(1, second=1)], given_back=())
+    keys = start.after()
+    start.heard([(0, ClaimKey(T0 + timedelta(seconds=2), 2))])  # from the listener's thread
+    start.claimed(keys, 100.0, 0.01, [row(3, second=3), row(4, second=4)], given_back=())
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=2), 1)}
+    # The next claim took it: the keys move on.
+    start.claimed(start.after(), 100.0, 0.01, [row(2, second=2), row(5, second=5)], given_back=())
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=5), 5)}
+
+
+def test_a_late_job_heard_of_keeps_what_a_look_found_before_it_and_voids_the_look_under_way() -> None:
+    clock = Clock()
+    start = pinned(ClaimStart(clock))
+    start.claimed(None, 100.0, COSTLY, [row(9, second=9)], given_back=())
+    clock.now += 100.0
+    assert start.look_due() is not None
+    assert start.looked(COSTLY, [(0, ClaimKey(T0 + timedelta(seconds=1), 1))])  # found, not taken in yet
+    clock.now += 100.0
+    assert start.look_due() is not None  # another look begins
+    start.heard([(0, ClaimKey(T0 + timedelta(seconds=4), 4))])
+    start.looked(COSTLY, [(0, ClaimKey(T0 + timedelta(seconds=6), 6))])  # began before the job was heard of
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=1), 0)}
+
+
+def test_keys_that_cannot_be_compared_stay_where_they_are() -> None:
+    start = ClaimStart(Clock())
+    start.claimed(None, 100.0, 0.01, [row(5, second=5)], given_back=())
+    start.heard([(0, ClaimKey("06/12/2026 01:30:00 UTC", 3))])  # DateStyle SQL: not ISO
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=5), 5)}
+
+
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from([0, 5]), max_size=3),  # new jobs, due after every job before them
+            st.lists(st.tuples(st.sampled_from([0, 5]), st.integers(-20, 20)), max_size=2),  # late jobs
+            st.booleans(),  # their NOTIFY comes while the claim is under way (else before it)
+            st.booleans(),  # the claim walks from the front
+            st.integers(0, 6),  # how many of the jobs it can see it takes (a prefix)
+            st.lists(st.booleans(), max_size=6),  # which of those go back to the queue
+        ),
+        max_size=10,
+    )
+)
+def test_every_job_heard_of_is_seen_by_the_next_claim(
+    steps: list[tuple[list[int], list[tuple[int, int]], bool, bool, int, list[bool]]],
+) -> None:
+    """Against a model of the claim: jobs that commit late (anywhere in claim order, before
+    or behind the keys and the jobs a claim under way takes), announced by their
+    NOTIFY before a claim or while one is under way (which then cannot see them), are
+    never behind their priority's key until a claim takes them, whatever the claims take
+    and give back (a priority with no key is the walks from the front's, by design)."""
+    clock = Clock()
+    start = ClaimStart(clock)
+    queued: list[ClaimedRow] = []
+    heard: list[ClaimedRow] = []
+    next_id = 1
+
+    def visible(keys: dict[int, ClaimKey] | None, r: ClaimedRow) -> bool:
+        return keys is None or (r.priority in keys and (r.run_at, r.id) > tuple(keys[r.priority]))
+
+    def announce(jobs: list[tuple[int, int]]) -> None:
+        nonlocal next_id
+        late = [row(next_id + i, p, second=second) for i, (p, second) in enumerate(jobs)]
+        next_id += len(late)
+        start.heard([(r.priority, ClaimKey(r.run_at, r.id)) for r in late])
+        queued.extend(late)
+        heard.extend(late)
+
+    for new, late, during, front, taken, back in steps:
+        for priority in new:
+            queued.append(row(next_id, priority, second=next_id))
+            next_id += 1
+        if not during:
+            announce(late)
+        keys = None if front else start.after()
+        rows = sorted([r for r in queued if visible(keys, r)], key=lambda r: (-r.priority, r.run_at, r.id))[
+            :taken
+        ]
+        if during:
+            announce(late)
+        gone = {r.id for r, b in zip(rows, back, strict=False) if b}
+        start.claimed(keys, clock.now, 1.0, rows, given_back=gone)  # the next walk due in 10 s
+        queued = [r for r in queued if r not in rows or r.id in gone]
+        after = start.after()
+        for r in heard:
+            if r in queued and (after is None or r.priority in after):
+                assert visible(after, r), "a job heard of is behind its priority's key"

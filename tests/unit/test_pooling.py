@@ -126,7 +126,8 @@ def test_the_listener_goes_on_through_a_pooler_the_probe_missed(db):
 
         def run() -> None:
             try:
-                listen(params, "leasejobs", "rr", None, lambda q, via: wakes.append(q), done, Events("rr"))
+                wake = lambda q, via, places: wakes.append(q)  # noqa: E731
+                listen(params, "leasejobs", "rr", None, wake, done, Events("rr"))
             except BaseException as exc:
                 died.append(exc)
 
@@ -169,7 +170,7 @@ def test_the_listener_outlives_a_prepared_statement_gone_and_listens_again(db, m
                 "leasejobs",
                 "ps",
                 None,
-                lambda q, via: wakes.append(q),
+                lambda q, via, places: wakes.append(q),
                 done,
                 Events("ps"),
             )

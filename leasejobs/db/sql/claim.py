@@ -291,11 +291,11 @@ CLAIM = _plain_claim(_LEVELS + ",", "")
 #: (docs/performance.md, "Steady under pressure"). From the last key it
 #: passes only the jobs other workers claimed since this one's last claim.
 #:
-#: What it cannot see: a job due before the key (an expired lease, a job
-#: given back by another worker, one enqueued with an earlier ``run_at`` or
-#: committed long after its statement), and priorities this worker has not
-#: claimed from. The worker's front look (``FRONT_LOOK``, beside the claims)
-#: finds those often enough (``leasejobs.worker.claim_start``); the worker
+#: What it cannot see: a job due before the key (an expired lease, a job given
+#: back by another worker; one enqueued behind it moves the key back by its
+#: NOTIFY), and priorities this worker has not claimed from. The worker's front
+#: look (``FRONT_LOOK``, beside the claims) finds those often enough
+#: (``leasejobs.worker.claim_start``); the worker
 #: claims from the front (``CLAIM``) only before it has keys, and when
 #: ``--burst`` asks whether anything is left.
 #:

@@ -1,9 +1,12 @@
 """Enqueue: the statements run on Django's connection, in the caller's transaction."""
 
+from leasejobs.db.sql.fragments import keyed_payload
+
 #: Insert one job. A repeated idempotency key inserts nothing (the caller then
 #: reads the existing job). Workers are woken by a NOTIFY carrying the queue
-#: name, delivered when the caller's transaction commits; a job scheduled for
-#: later sends none (the workers' poll finds it when it is due).
+#: name and the job's place in claim order (``keyed_payload``), delivered when
+#: the caller's transaction commits; a job scheduled for later sends none (the
+#: workers' poll finds it when it is due).
 #:
 #: ``delay`` counts from this statement (``statement_timestamp()``), not from
 #: the start of the caller's transaction (``now()``): enqueued late in a long
@@ -12,7 +15,7 @@
 #: The NOTIFY is a ``RETURNING`` expression, so it runs only for a row that was
 #: inserted: one plain INSERT, where a CTE around it cost a good part of a
 #: single enqueue (planning and running the extra nodes; docs/performance.md).
-ENQUEUE = """
+ENQUEUE = f"""
 INSERT INTO leasejobs_job (
     task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
     run_at, leased_by, cancel_requested, idempotency_key, last_error,
@@ -29,7 +32,8 @@ VALUES (
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at,
-    CASE WHEN run_at <= statement_timestamp() THEN pg_notify(%(channel)s, %(queue)s)::text END
+    CASE WHEN run_at <= statement_timestamp()
+         THEN pg_notify(%(channel)s, {keyed_payload("%(queue)s")})::text END
 """
 
 #: ``ENQUEUE`` for the common job: no idempotency key, due now, no
@@ -38,7 +42,7 @@ RETURNING id, run_at, created_at,
 #: due, so the NOTIFY is unconditional. Django binds client-side, so
 #: PostgreSQL parses and plans each enqueue's text anew: this one costs about
 #: half of ``ENQUEUE``'s, a fifth of a single enqueue.
-ENQUEUE_PLAIN = """
+ENQUEUE_PLAIN = f"""
 INSERT INTO leasejobs_job (
     task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
     run_at, leased_by, cancel_requested, last_error, errors, worker_ids, created_at, snoozes
@@ -47,7 +51,7 @@ VALUES (
     %(task_name)s, %(queue)s, %(priority)s, %(args)s, %(kwargs)s, 'queued', 0, %(max_attempts)s,
     statement_timestamp(), '', false, '', NULL, NULL, statement_timestamp(), 0
 )
-RETURNING id, run_at, created_at, pg_notify(%(channel)s, %(queue)s)::text
+RETURNING id, run_at, created_at, pg_notify(%(channel)s, {keyed_payload("%(queue)s")})::text
 """
 
 #: Insert many jobs of one task with the same options in one statement, in
@@ -55,14 +59,15 @@ RETURNING id, run_at, created_at, pg_notify(%(channel)s, %(queue)s)::text
 #: PostgreSQL parses it in C, where adapting one array element at a time in
 #: Python cost more than the insert itself. The options are bound once. No
 #: idempotency key (a bulk enqueue cannot share one), so no conflict to
-#: handle. One NOTIFY for the queue if the jobs are due. All rows share one
+#: handle. One NOTIFY for the queue if the jobs are due, keyed by the first
+#: job (the rows share priority and ``run_at``). All rows share one
 #: trace context (the bulk enqueue's span), or none.
 #:
 #: One row comes back: the ids in input order (they are drawn in the order the
 #: rows are inserted), and the run_at and created_at every row shares (both
 #: are fixed for the statement). A row per job with its two timestamps cost
 #: the client about a fifth of a bulk enqueue to read.
-BULK_ENQUEUE = """
+BULK_ENQUEUE = f"""
 WITH inserted AS (
     INSERT INTO leasejobs_job (
         task_name, queue, priority, args, kwargs, status, attempt, max_attempts,
@@ -78,11 +83,12 @@ WITH inserted AS (
            %(concurrency_key)s, %(concurrency_limit)s
     FROM jsonb_array_elements(%(calls)s::jsonb) WITH ORDINALITY AS c(call, ord)
     ORDER BY c.ord
-    RETURNING id, run_at, created_at
+    RETURNING id, priority, run_at, created_at
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, %(queue)s)
-    WHERE EXISTS (SELECT 1 FROM inserted WHERE run_at <= statement_timestamp())
+    SELECT pg_notify(%(channel)s, {keyed_payload("%(queue)s", "f")})
+    FROM (SELECT priority, run_at, id FROM inserted
+          WHERE run_at <= statement_timestamp() ORDER BY id LIMIT 1) AS f
 )
 SELECT array_agg(i.id ORDER BY i.id), min(i.run_at), min(i.created_at), (SELECT count(*) FROM notified)
 FROM inserted AS i

@@ -5,6 +5,8 @@ is its own transaction, and both take every time from the database clock
 (``now()``): a worker's own clock never decides whether a tick is due.
 """
 
+from leasejobs.db.sql.fragments import keyed_payload
+
 #: Make sure each schedule this worker declares has its row, and take over a
 #: schedule whose definition changed. A new schedule starts at ``now()``
 #: (nothing fires for the past). A row with another ``signature`` is taken
@@ -68,7 +70,7 @@ LEFT JOIN leasejobs_periodic_schedule s ON s.name = r.name
 #: later than that (catch-up "none"); ``overlap`` false drops every tick
 #: while the schedule's previous job is queued or running. Ticks not
 #: enqueued are counted in ``skipped``.
-TICK = """
+TICK = f"""
 WITH candidates AS (
     SELECT c.tick, c.run_at, c.key
     FROM unnest(%(ticks)s::timestamptz[], %(run_ats)s::timestamptz[], %(keys)s::text[])
@@ -115,7 +117,7 @@ inserted AS (
     FROM wanted w
     ORDER BY w.tick
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, run_at, idempotency_key AS key
+    RETURNING id, priority, run_at, idempotency_key AS key
 ),
 moved AS (
     UPDATE leasejobs_periodic_schedule s
@@ -129,7 +131,8 @@ moved AS (
     RETURNING s.last_tick
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, %(queue)s) FROM inserted WHERE run_at <= now() LIMIT 1
+    SELECT pg_notify(%(channel)s, {keyed_payload("%(queue)s", "f")})
+    FROM (SELECT priority, run_at, id FROM inserted WHERE run_at <= now() ORDER BY id LIMIT 1) AS f
 )
 SELECT now(),
        (SELECT last_tick FROM current),
