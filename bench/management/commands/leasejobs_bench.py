@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench import offered, pressure
+from bench import late_commit, offered, pressure
 from bench.db import machine
 from bench.plot import plot, plot_backlog, plot_offered, plot_pressure
 from bench.report import render
@@ -246,6 +246,29 @@ class Command(BaseCommand):
             help="Seconds of each --pressure phase (60,180,60).",
         )
         parser.add_argument(
+            "--late-commit",
+            action="store_true",
+            help="Only measure jobs that commit late: --producers threads each enqueue one no-op job per "
+            "transaction and commit it 0 to --commit-delay ms later (a Django request working on after "
+            "its enqueue), 100 jobs/s each; the most workers of --workers take them through a clean "
+            "phase and one with a session idle in a transaction holding an xid (the first two of "
+            "--phases); pickup latency is counted from each job's commit.",
+        )
+        parser.add_argument(
+            "--producers",
+            type=positive_int,
+            default=8,
+            metavar="N",
+            help="Producer threads of --late-commit (8).",
+        )
+        parser.add_argument(
+            "--commit-delay",
+            type=positive_float,
+            default=30.0,
+            metavar="MS",
+            help="The longest a --late-commit producer waits between its INSERT and its commit (30).",
+        )
+        parser.add_argument(
             "--offered-load",
             type=positive_ints,
             metavar="PERCENT[,PERCENT...]",
@@ -305,6 +328,9 @@ class Command(BaseCommand):
         if options["offered_load"]:
             self._offered(b, options)
             return
+        if options["late_commit"]:
+            self._late_commit(b, options)
+            return
         try:
             results = run_all(b, options, lambda text: self._step(options, text), self.stderr.write)
         except RuntimeError as exc:
@@ -356,6 +382,17 @@ class Command(BaseCommand):
         if options["plot"]:
             plot_pressure(result, options["plot"])
             self.stderr.write(f"plot written to {options['plot']}")
+
+    def _late_commit(self, b: Bench, options: dict[str, Any]) -> None:
+        """``--late-commit``: jobs committed late, clean and under a pinned horizon, and nothing else."""
+        try:
+            result = {
+                "machine": machine(),
+                **late_commit.run(b, options, lambda text: self._step(options, text)),
+            }
+        finally:
+            b.close()
+        self.stdout.write(to_json(result) if options["json"] else late_commit.render(result))
 
     def _offered(self, b: Bench, options: dict[str, Any]) -> None:
         """``--offered-load P[,P...]``: the sustainable rate and each level, and nothing else."""
