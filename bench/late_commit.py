@@ -111,9 +111,9 @@ def run(b: Bench, options: dict[str, Any], step: Any) -> dict[str, Any]:
             "producers": producers,
             "commit_delay_ms": delay,
             "workers": workers,
-            "clean": latencies(b, offered.committed_between(t0, t1)),
+            "clean": {**latencies(b, offered.committed_between(t0, t1)), "seconds": t1 - t0},
             # The first second of the pin is left out: jobs committed then were enqueued before it.
-            "pinned": latencies(b, offered.committed_between(t1 + 1, t2)),
+            "pinned": {**latencies(b, offered.committed_between(t1 + 1, t2)), "seconds": t2 - t1 - 1},
         }
     b.clear()
     return result
@@ -124,17 +124,18 @@ def render(result: dict[str, Any]) -> str:
         return "-" if value is None else f"{value:,.1f}"
 
     lines = [
-        f"late commits: {result['producers']} producers x {PER_PRODUCER:g} jobs/s, each job committed "
-        f"0 to {result['commit_delay_ms']:g} ms after its INSERT; {result['workers']} worker(s); "
+        f"late commits: {result['producers']} producers (at most {PER_PRODUCER:g} jobs/s each), each job "
+        f"committed 0 to {result['commit_delay_ms']:g} ms after its INSERT; {result['workers']} worker(s); "
         "pickup latency from the commit",
         "",
-        f"{'phase':8} {'jobs':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'max ms':>9} {'over 1 s':>9}",
+        f"{'phase':8} {'jobs':>8} {'jobs/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'max ms':>9} "
+        f"{'over 1 s':>9}",
     ]
     for phase in ("clean", "pinned"):
         f = result[phase]
         missing = f"  ({f['not_started']} not started)" if f["not_started"] else ""
         lines.append(
-            f"{phase:8} {f['jobs']:>8,} {ms(f['p50']):>8} {ms(f['p99']):>8} {ms(f['p99.9']):>9} "
-            f"{ms(f['max']):>9} {f['over_1s']:>9,}{missing}"
+            f"{phase:8} {f['jobs']:>8,} {f['jobs'] / f['seconds']:>7,.0f} {ms(f['p50']):>8} "
+            f"{ms(f['p99']):>8} {ms(f['p99.9']):>9} {ms(f['max']):>9} {f['over_1s']:>9,}{missing}"
         )
     return "\n".join(lines)
