@@ -245,9 +245,24 @@ def _positive_seconds(value: Any, what: str) -> float:
     return value
 
 
+#: The shortest lease: the worker looks at its bodies every 50 ms
+#: (``leasejobs.worker.zygote.WATCH_SECONDS``) and heartbeats at a third of the
+#: lease, so a lease under a second runs out between looks and its jobs thrash.
+MIN_LEASE_SECONDS = 1.0
+
+
 def validate_lease_seconds(value: Any, what: str = "lease_seconds") -> float:
-    """A lease: finite seconds greater than 0."""
-    return _positive_seconds(value, what)
+    """A lease: finite seconds, at least ``MIN_LEASE_SECONDS``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not MIN_LEASE_SECONDS <= value < math.inf
+    ):
+        raise ValueError(
+            f"{what} must be a number of seconds of at least {MIN_LEASE_SECONDS:g} (finite), not {value!r}: "
+            "a shorter lease runs out between the worker's looks at its jobs."
+        )
+    return value
 
 
 def validate_timeout_seconds(value: Any, what: str = "timeout_seconds") -> float:

@@ -18,6 +18,7 @@ from leasejobs.db.connection import connection_params
 from leasejobs.db.rows import validate_queue, validate_worker_id
 from leasejobs.jobs.discovery import discover
 from leasejobs.management.arguments import (
+    lease_seconds,
     non_negative_float,
     non_negative_int,
     port,
@@ -73,9 +74,10 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--lease",
-            type=positive_float,
+            type=lease_seconds,
             metavar="SECONDS",
-            help="Lease of a claim, unless the task sets lease_seconds (default LEASEJOBS['LEASE_SECONDS']).",
+            help="Lease of a claim, at least 1 second, unless the task sets lease_seconds "
+            "(default LEASEJOBS['LEASE_SECONDS']).",
         )
         parser.add_argument(
             "--heartbeat",
