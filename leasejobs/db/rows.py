@@ -270,17 +270,38 @@ def validate_timeout_seconds(value: Any, what: str = "timeout_seconds") -> float
     return _positive_seconds(value, what)
 
 
+def _refuse_unstorable(value: str, what: str) -> None:
+    """Refuse a NUL or a lone surrogate, which a ``text`` column cannot hold.
+
+    Checked where the key or id is given: a step named so would otherwise run
+    its function (its side effect happens) and only then fail to be recorded.
+    """
+    try:
+        value.encode("utf-8")  # a lone surrogate has no UTF-8
+    except UnicodeEncodeError:
+        pass
+    else:
+        if "\x00" not in value:
+            return
+    raise ValueError(
+        f"{what} must not contain a NUL character or a lone surrogate, which PostgreSQL cannot store, "
+        f"not {value!r}."
+    )
+
+
 def validate_key(value: Any, what: str = "idempotency_key") -> str:
-    """An idempotency or side-effect key: 1 to ``KEY_MAX_LENGTH`` characters."""
+    """An idempotency, side-effect, step or event key: 1 to ``KEY_MAX_LENGTH`` storable characters."""
     if not isinstance(value, str) or not value or len(value) > KEY_MAX_LENGTH:
         raise ValueError(f"{what} must be a non-empty string of at most {KEY_MAX_LENGTH} characters.")
+    _refuse_unstorable(value, what)
     return value
 
 
 def validate_worker_id(value: Any, what: str = "worker_id") -> str:
-    """A worker id: 1 to ``WORKER_ID_MAX_LENGTH`` characters, not blank."""
+    """A worker id: 1 to ``WORKER_ID_MAX_LENGTH`` storable characters, not blank."""
     if not isinstance(value, str) or not value.strip() or len(value) > WORKER_ID_MAX_LENGTH:
         raise ValueError(f"{what} must be 1 to {WORKER_ID_MAX_LENGTH} characters, not blank.")
+    _refuse_unstorable(value, what)
     return value
 
 

@@ -68,6 +68,25 @@ def test_each_rule_refuses_in_one_sentence_naming_the_option(validate, value, me
         validate(value)
 
 
+@pytest.mark.parametrize("validate", [rows.validate_key, rows.validate_worker_id])
+@pytest.mark.parametrize("value", ["a\x00b", "\x00", "a\ud800b", "\udfff"])
+def test_a_key_or_worker_id_postgresql_cannot_store_is_refused_where_it_is_given(validate, value):
+    """A text column holds no NUL and no lone surrogate: refused here, not by the INSERT after
+    a step's function already ran."""
+    with pytest.raises(ValueError) as refused:
+        validate(value, "the name of a step")
+    assert str(refused.value) == (
+        "the name of a step must not contain a NUL character or a lone surrogate, which PostgreSQL "
+        f"cannot store, not {value!r}."
+    )
+
+
+@pytest.mark.parametrize("value", ["plain", "r\u00e9sum\u00e9", "\U0001f600 ok", "tab\there"])
+def test_keys_with_any_storable_character_pass(value):
+    assert rows.validate_key(value) == value
+    assert rows.validate_worker_id(value) == value
+
+
 def test_the_caller_names_the_option_its_own_way():
     with pytest.raises(ValueError, match=r"^--queue must be a name of 1 to 100 characters, not ''\.$"):
         rows.validate_queue("", "--queue")
