@@ -222,7 +222,7 @@ def validate_priority(value: Any, what: str = "priority") -> int:
 def validate_max_attempts(value: Any, what: str = "max_attempts") -> int:
     """How many claims a job may have: a whole number of at least 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be a whole number of at least 1.")
+        raise ValueError(f"{what} must be a whole number of at least 1, not {value!r}.")
     return value
 
 
@@ -238,10 +238,18 @@ def validate_concurrency_limit(value: Any, what: str = "concurrency_limit") -> i
     return value
 
 
-def _positive_seconds(value: Any, what: str) -> float:
+def validate_positive_seconds(value: Any, what: str) -> float:
+    """A duration that must pass: finite seconds greater than 0 (a poll interval, a timeout)."""
     # nan fails every comparison and inf never runs out: neither is a duration.
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"{what} must be a positive number of seconds (finite), not {value!r}.")
+    return value
+
+
+def validate_delay_seconds(value: Any, what: str) -> float:
+    """A delay or a grace that may be none: finite seconds, 0 or more (a retry's backoff, a sleep)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ValueError(f"{what} must be a finite number of seconds, 0 or more, not {value!r}.")
     return value
 
 
@@ -253,21 +261,17 @@ MIN_LEASE_SECONDS = 1.0
 
 def validate_lease_seconds(value: Any, what: str = "lease_seconds") -> float:
     """A lease: finite seconds, at least ``MIN_LEASE_SECONDS``."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not MIN_LEASE_SECONDS <= value < math.inf
-    ):
-        raise ValueError(
-            f"{what} must be a number of seconds of at least {MIN_LEASE_SECONDS:g} (finite), not {value!r}: "
-            "a shorter lease runs out between the worker's looks at its jobs."
-        )
+    rule = f"{what} must be a number of seconds of at least {MIN_LEASE_SECONDS:g} (finite), not {value!r}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value < math.inf:
+        raise ValueError(f"{rule}.")
+    if value < MIN_LEASE_SECONDS:
+        raise ValueError(f"{rule}: a shorter lease runs out between the worker's looks at its jobs.")
     return value
 
 
 def validate_timeout_seconds(value: Any, what: str = "timeout_seconds") -> float:
     """A timeout of one attempt: finite seconds greater than 0."""
-    return _positive_seconds(value, what)
+    return validate_positive_seconds(value, what)
 
 
 def _refuse_unstorable(value: str, what: str) -> None:

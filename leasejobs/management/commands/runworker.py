@@ -26,7 +26,7 @@ from leasejobs.management.arguments import (
     positive_int,
 )
 from leasejobs.observability import observe
-from leasejobs.observability.logformat import JsonFormatter
+from leasejobs.observability.logformat import FORMATS, JsonFormatter
 from leasejobs.operations import autovacuum
 from leasejobs.worker import Worker, WorkerOptions
 
@@ -131,7 +131,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--log-format",
-            choices=["text", "json"],
+            choices=FORMATS,
             help="One line of text or one JSON object per event (default LEASEJOBS['LOG_FORMAT']).",
         )
 
@@ -153,7 +153,7 @@ class Command(BaseCommand):
         _use_database(options["database"])
         worker_options = self._worker_options(options)
         log_format = options["log_format"] or conf.get("LOG_FORMAT")
-        if log_format not in ("text", "json"):
+        if log_format not in FORMATS:  # leasejobs.E006 says so first, unless checks were skipped
             raise CommandError(f"LEASEJOBS['LOG_FORMAT'] must be 'text' or 'json', not {log_format!r}.")
         _configure_logging(options["verbosity"], log_format)
         self._check_database()
