@@ -1,20 +1,25 @@
 """System checks: mistakes in the LEASEJOBS setting, reported at start-up.
 
 ``runworker``, ``runserver``, ``migrate`` and ``check`` run them, so a typo
-such as ``LEASE_SECOND`` stops the process with one clear line instead of
-being silently ignored.
+such as ``LEASE_SECOND`` (E002), or a value such as ``"LEASE_SECONDS": "abc"``
+(E006), stops the process with one clear line instead of being silently
+ignored or failing deep in a worker.
 """
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.core import checks
 from django.core.checks import Error, Tags, register
 from django.db import connections
 from django.utils.connection import ConnectionDoesNotExist
 
 from leasejobs import conf
+from leasejobs.db import rows
+from leasejobs.observability import logformat
 from leasejobs.operations import autovacuum
 from leasejobs.queues import controls
 
@@ -31,6 +36,119 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             id="leasejobs.E002",
         )
     ]
+
+
+#: PostgreSQL's longest identifier (NAMEDATALEN - 1), in bytes: ``pg_notify`` refuses a
+#: longer channel ("channel name too long") while ``LISTEN`` cuts it short and hears nothing.
+CHANNEL_MAX_BYTES = 63
+
+
+def _whole(least: int) -> Callable[[Any, str], object]:
+    """The rule of a count: a whole number (not a bool) of at least ``least``."""
+
+    def rule(value: Any, what: str) -> object:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{what} must be a whole number of at least {least}, not {value!r}.")
+        return value
+
+    return rule
+
+
+def _channel(value: Any, what: str) -> object:
+    """``NOTIFY_CHANNEL``: a name ``pg_notify`` and ``LISTEN`` both take."""
+    try:
+        size = len(value.encode("utf-8")) if isinstance(value, str) and "\x00" not in value else 0
+    except UnicodeEncodeError:
+        size = 0
+    if not 0 < size <= CHANNEL_MAX_BYTES:
+        raise ValueError(
+            f"{what} must be a channel name of 1 to {CHANNEL_MAX_BYTES} bytes, PostgreSQL's longest, "
+            f"not {value!r}."
+        )
+    return value
+
+
+def _task_modules(value: Any, what: str) -> object:
+    """``TASK_MODULES``: the rule discovery applies too (``conf.task_modules``), so E011 agrees."""
+    return conf.task_modules()
+
+
+def _port(value: Any, what: str) -> object:
+    """``METRICS_PORT``: None (off) or a TCP port."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
+        raise ValueError(f"{what} must be None (no metrics) or a port number from 1 to 65535, not {value!r}.")
+    return value
+
+
+def _tracing(value: Any, what: str) -> object:
+    """``OPENTELEMETRY``: only ``False`` turns spans off, so a string such as "no" would not."""
+    if value is not None and value is not False:
+        raise ValueError(
+            f"{what} must be None (spans when a tracer provider is set) or False (none), not {value!r}."
+        )
+    return value
+
+
+def _log_format(value: Any, what: str) -> object:
+    if value not in logformat.FORMATS:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, logformat.FORMATS))}, not {value!r}.")
+    return value
+
+
+def _optional_text(value: Any, what: str) -> object:
+    """``LISTEN_URL`` and ``LISTEN_DATABASE``: None or a string (runworker checks what it names)."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{what} must be None or a string, not {value!r}.")
+    return value
+
+
+#: The rule of each LEASEJOBS value ``leasejobs.E006`` checks, read off how the code uses it.
+#: QUEUES (E003), VACUUM_* and FRONT_WALK_INLINE_MS (E004), DATABASE (E005) and PERIODIC
+#: (E010) have checks of their own.
+VALUE_RULES: dict[str, Callable[[Any, str], object]] = {
+    "LEASE_SECONDS": rows.validate_lease_seconds,
+    "MAX_ATTEMPTS": rows.validate_max_attempts,
+    "RETRY_BACKOFF_SECONDS": rows.validate_delay_seconds,
+    "RETRY_BACKOFF_MAX_SECONDS": rows.validate_delay_seconds,
+    "MAX_SNOOZES": _whole(0),  # 0: the first snooze fails the job
+    "TASK_MODULES": _task_modules,
+    "MAX_PAYLOAD_BYTES": _whole(1),
+    "POLL_INTERVAL_SECONDS": rows.validate_positive_seconds,
+    "NOTIFY_CHANNEL": _channel,
+    "PREFETCH": _whole(0),  # 0: no job held ahead
+    "PREFETCH_BYTES": _whole(0),  # the first job of a claim is always taken
+    "STOP_GRACE_SECONDS": rows.validate_delay_seconds,  # 0: killed at once
+    "METRICS_PORT": _port,
+    "OPENTELEMETRY": _tracing,
+    "SUMMARY_SECONDS": rows.validate_positive_seconds,
+    "LOG_FORMAT": _log_format,
+    "LISTEN_DATABASE": _optional_text,
+    "LISTEN_URL": _optional_text,
+}
+
+
+def bad_value(key: str) -> str | None:
+    """What ``leasejobs.E006`` says of ``LEASEJOBS[key]``, or None when it is good or unset."""
+    user = getattr(settings, "LEASEJOBS", None) or {}
+    if key not in user or key not in VALUE_RULES:
+        return None
+    try:
+        VALUE_RULES[key](user[key], f"LEASEJOBS[{key!r}]")
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@register()
+def check_values(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """A LEASEJOBS value of the wrong type or range, one sentence each, before a worker starts.
+
+    Without it ``"LEASE_SECONDS": "abc"`` was a traceback deep in ``runworker``,
+    ``"PREFETCH": -1`` a ``--burst`` worker that never exited, ``"NOTIFY_CHANNEL": ""``
+    a ``DataError`` at every enqueue, ``"TASK_MODULES": "myapp.tasks"`` an import of
+    the module ``m``. Only the keys the project sets are read: the defaults pass.
+    """
+    return [Error(found, id="leasejobs.E006") for key in VALUE_RULES if (found := bad_value(key))]
 
 
 @register()

@@ -111,3 +111,19 @@ def db_alias() -> str:
     the setting for its process) and ``override_settings`` apply.
     """
     return str(get("DATABASE"))
+
+
+def task_modules() -> list[str]:
+    """``LEASEJOBS["TASK_MODULES"]``, refused in one sentence unless it is a list of module paths.
+
+    A bare string (``"myapp.tasks"``) would otherwise be imported letter by
+    letter: ``No module named 'm'``. The system check ``leasejobs.E006`` says
+    the same before anything is imported.
+    """
+    value = get("TASK_MODULES")
+    if not isinstance(value, list | tuple) or not all(isinstance(m, str) and m.strip() for m in value):
+        raise ValueError(
+            "LEASEJOBS['TASK_MODULES'] must be a list of module paths, such as ['myapp.jobs'], "
+            f"not {value!r}."
+        )
+    return list(value)

@@ -222,7 +222,7 @@ def validate_priority(value: Any, what: str = "priority") -> int:
 def validate_max_attempts(value: Any, what: str = "max_attempts") -> int:
     """How many claims a job may have: a whole number of at least 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be a whole number of at least 1.")
+        raise ValueError(f"{what} must be a whole number of at least 1, not {value!r}.")
     return value
 
 
@@ -238,34 +238,74 @@ def validate_concurrency_limit(value: Any, what: str = "concurrency_limit") -> i
     return value
 
 
-def _positive_seconds(value: Any, what: str) -> float:
+def validate_positive_seconds(value: Any, what: str) -> float:
+    """A duration that must pass: finite seconds greater than 0 (a poll interval, a timeout)."""
     # nan fails every comparison and inf never runs out: neither is a duration.
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"{what} must be a positive number of seconds (finite), not {value!r}.")
     return value
 
 
+def validate_delay_seconds(value: Any, what: str) -> float:
+    """A delay or a grace that may be none: finite seconds, 0 or more (a retry's backoff, a sleep)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ValueError(f"{what} must be a finite number of seconds, 0 or more, not {value!r}.")
+    return value
+
+
+#: The shortest lease: the worker looks at its bodies every 50 ms
+#: (``leasejobs.worker.zygote.WATCH_SECONDS``) and heartbeats at a third of the
+#: lease, so a lease under a second runs out between looks and its jobs thrash.
+MIN_LEASE_SECONDS = 1.0
+
+
 def validate_lease_seconds(value: Any, what: str = "lease_seconds") -> float:
-    """A lease: finite seconds greater than 0."""
-    return _positive_seconds(value, what)
+    """A lease: finite seconds, at least ``MIN_LEASE_SECONDS``."""
+    rule = f"{what} must be a number of seconds of at least {MIN_LEASE_SECONDS:g} (finite), not {value!r}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value < math.inf:
+        raise ValueError(f"{rule}.")
+    if value < MIN_LEASE_SECONDS:
+        raise ValueError(f"{rule}: a shorter lease runs out between the worker's looks at its jobs.")
+    return value
 
 
 def validate_timeout_seconds(value: Any, what: str = "timeout_seconds") -> float:
     """A timeout of one attempt: finite seconds greater than 0."""
-    return _positive_seconds(value, what)
+    return validate_positive_seconds(value, what)
+
+
+def _refuse_unstorable(value: str, what: str) -> None:
+    """Refuse a NUL or a lone surrogate, which a ``text`` column cannot hold.
+
+    Checked where the key or id is given: a step named so would otherwise run
+    its function (its side effect happens) and only then fail to be recorded.
+    """
+    try:
+        value.encode("utf-8")  # a lone surrogate has no UTF-8
+    except UnicodeEncodeError:
+        pass
+    else:
+        if "\x00" not in value:
+            return
+    raise ValueError(
+        f"{what} must not contain a NUL character or a lone surrogate, which PostgreSQL cannot store, "
+        f"not {value!r}."
+    )
 
 
 def validate_key(value: Any, what: str = "idempotency_key") -> str:
-    """An idempotency or side-effect key: 1 to ``KEY_MAX_LENGTH`` characters."""
+    """An idempotency, side-effect, step or event key: 1 to ``KEY_MAX_LENGTH`` storable characters."""
     if not isinstance(value, str) or not value or len(value) > KEY_MAX_LENGTH:
         raise ValueError(f"{what} must be a non-empty string of at most {KEY_MAX_LENGTH} characters.")
+    _refuse_unstorable(value, what)
     return value
 
 
 def validate_worker_id(value: Any, what: str = "worker_id") -> str:
-    """A worker id: 1 to ``WORKER_ID_MAX_LENGTH`` characters, not blank."""
+    """A worker id: 1 to ``WORKER_ID_MAX_LENGTH`` storable characters, not blank."""
     if not isinstance(value, str) or not value.strip() or len(value) > WORKER_ID_MAX_LENGTH:
         raise ValueError(f"{what} must be 1 to {WORKER_ID_MAX_LENGTH} characters, not blank.")
+    _refuse_unstorable(value, what)
     return value
 
 

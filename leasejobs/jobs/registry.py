@@ -312,4 +312,4 @@ def autodiscover() -> list[ModuleType]:
     autodiscover_modules("tasks")
     names = [f"{app.name}.tasks" for app in apps.get_app_configs()]
     modules = [sys.modules[name] for name in names if name in sys.modules]
-    return modules + [import_module(module) for module in conf.get("TASK_MODULES")]
+    return modules + [import_module(module) for module in conf.task_modules()]

@@ -9,14 +9,13 @@ A policy is checked when it is built, so a task with a policy that makes no
 sense is refused at import (``@task(retry=...)``), not at its first failure.
 """
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from leasejobs import conf
-from leasejobs.db.rows import qualified_name
+from leasejobs.db.rows import qualified_name, validate_delay_seconds
 from leasejobs.exceptions import Discard, LeaseLost, Snooze, Suspended
 
 Backoff = Literal["exponential", "linear", "fixed"]
@@ -47,10 +46,8 @@ def _exception_names(name: str, value: object) -> tuple[str, ...]:
 
 
 def _seconds(name: str, value: object) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0
-    ):
-        raise ValueError(f"RetryPolicy {name} must be a finite number of seconds, 0 or more.")
+    if value is not None:
+        validate_delay_seconds(value, f"RetryPolicy {name}")
 
 
 @dataclass(frozen=True)

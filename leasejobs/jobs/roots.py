@@ -34,7 +34,7 @@ from leasejobs import conf
 
 def root_names() -> list[str]:
     """The modules ``runworker`` imports for tasks: each app's ``tasks``, then TASK_MODULES."""
-    return [f"{app.name}.tasks" for app in apps.get_app_configs()] + list(conf.get("TASK_MODULES"))
+    return [f"{app.name}.tasks" for app in apps.get_app_configs()] + conf.task_modules()
 
 
 def registered_in_root(roots: Iterable[str], frame: FrameType | None) -> bool:

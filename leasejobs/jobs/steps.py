@@ -18,7 +18,6 @@ transaction per step it runs, none for the steps it passes.
 import inspect
 import json
 import logging
-import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any
 
 from leasejobs import conf
 from leasejobs.db import facade
-from leasejobs.db.rows import one_line, stored_json, validate_key
+from leasejobs.db.rows import one_line, stored_json, validate_delay_seconds, validate_key
 from leasejobs.db.sql.fragments import NEVER
 from leasejobs.exceptions import Suspended, WaitTimeout
 
@@ -60,15 +59,14 @@ def _seconds(value: object, what: str) -> float:
     date that marks a waiting job's ``run_at`` as never: a job due after it (a sleep of a
     billion years) could not be read back by Python's ``datetime``, nor by any page or
     query that loads it."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{what} must be a finite number of seconds, 0 or more.")
-    if value >= (_NEVER - datetime.now(UTC)).total_seconds():
+    seconds = validate_delay_seconds(value, what)
+    if seconds >= (_NEVER - datetime.now(UTC)).total_seconds():
         raise ValueError(
             f"{what} would end after {_NEVER:%Y-%m-%d}, later than a job's run_at can be read back: "
-            f"{value:g} s is too long (a job that waits until someone acts waits for an event "
+            f"{seconds:g} s is too long (a job that waits until someone acts waits for an event "
             "with no timeout)."
         )
-    return float(value)
+    return float(seconds)
 
 
 _NEVER = datetime.fromisoformat(NEVER)

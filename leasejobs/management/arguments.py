@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
+from leasejobs.db.rows import MIN_LEASE_SECONDS, validate_lease_seconds
+
 #: Seconds per unit of a duration such as ``7d``.
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -70,6 +72,12 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise ValueError(text)
     return value
+
+
+@refusing(f"a lease of at least {MIN_LEASE_SECONDS:g} second", "a number of seconds such as 30 or 1.5")
+def lease_seconds(text: str) -> float:
+    """A lease (``runworker --lease``): the rule of every lease, ``rows.validate_lease_seconds``."""
+    return float(validate_lease_seconds(_number(float, text)))
 
 
 @refusing("a whole number, 0 or more", "one such as 0 or 100")

@@ -16,6 +16,9 @@ import json
 import logging
 import re
 
+#: The values of ``runworker --log-format`` and ``LEASEJOBS["LOG_FORMAT"]``.
+FORMATS = ("text", "json")
+
 #: The fields read from a worker line, and their JSON type.
 FIELDS = {"job": int, "attempt": int, "worker": str, "task": str, "queue": str}
 

@@ -177,6 +177,19 @@ def test_a_name_used_twice_a_result_not_json_and_a_nested_step_are_refused(claim
     assert list(Step.objects.values_list("name", flat=True)) == ["once"]
 
 
+@pytest.mark.parametrize("name", ["nul\x00name", "lone\ud800surrogate"])
+def test_a_step_name_postgresql_cannot_store_is_refused_before_its_function_runs(claimed, name):
+    """Its function's side effect (an e-mail, a charge) must not happen for a step that
+    could never be recorded: the name is refused first, and no later attempt runs it again."""
+    _, ctx = claimed
+    fn = Calls(ctx, 1)
+    with pytest.raises(ValueError, match=r"^the name of a step must not contain a NUL character or a lone"):
+        ctx.step(name, fn)
+    assert fn.calls == 0
+    assert not Step.objects.exists() and not Sent.objects.exists()
+    assert ctx.step("fine", fn) == 1  # the attempt goes on
+
+
 def test_the_step_key_is_the_same_in_every_attempt(claimed):
     row, first = claimed
 

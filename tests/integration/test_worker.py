@@ -347,7 +347,7 @@ def test_jobs_enqueued_one_by_one_to_an_idle_worker_each_run_once(start_worker):
     ("args", "message"),
     [
         (["--concurrency", "0"], "--concurrency: '0' is not a whole number greater than 0"),
-        (["--lease", "soon"], "--lease: 'soon' is not a number greater than 0"),
+        (["--lease", "soon"], "--lease: 'soon' is not a lease of at least 1 second"),
         (["--heartbeat", "40", "--lease", "30"], "must be shorter than the lease"),
         (["--heartbeat", "1", "--no-heartbeat"], "contradict"),
         (["--grace", "-1"], "--grace: '-1' is not a number, 0 or more"),

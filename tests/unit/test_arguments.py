@@ -12,6 +12,8 @@ from leasejobs.management import arguments
     [
         (arguments.positive_int, "3", 3),
         (arguments.positive_float, "0.5", 0.5),
+        (arguments.lease_seconds, "1", 1.0),
+        (arguments.lease_seconds, "2.5", 2.5),
         (arguments.non_negative_int, "0", 0),
         (arguments.non_negative_float, "0", 0.0),
         (arguments.positive_ints, "1, 2,4", [1, 2, 4]),
@@ -33,6 +35,9 @@ def test_good_words_parse(parse, text, value):
         (arguments.positive_float, "nan"),
         (arguments.positive_float, "inf"),
         (arguments.positive_float, "-1"),
+        (arguments.lease_seconds, "0.999"),
+        (arguments.lease_seconds, "0"),
+        (arguments.lease_seconds, "inf"),
         (arguments.non_negative_int, "-1"),
         (arguments.non_negative_float, "nan"),
         (arguments.non_negative_float, "-0.1"),
@@ -63,6 +68,11 @@ def test_bad_words_are_refused(parse, text):
             "'-1' is not a whole number, 0 or more: give one such as 0 or 100.",
         ),
         (arguments.non_negative_float, "x", "'x' is not a number, 0 or more: give one such as 0 or 2.5."),
+        (
+            arguments.lease_seconds,
+            "0.5",
+            "'0.5' is not a lease of at least 1 second: give a number of seconds such as 30 or 1.5.",
+        ),
         (arguments.port, "70000", "'70000' is not a port number from 1 to 65535: give one such as 9100."),
         (
             arguments.positive_ints,

@@ -53,3 +53,88 @@ def test_a_queue_database_alias_that_is_not_in_databases_fails_the_check(setting
         "?: (leasejobs.E005) LEASEJOBS['DATABASE'] is 'queue', which is not in DATABASES: add that alias "
         "to DATABASES or set LEASEJOBS['DATABASE'] to one that is there."
     ) in str(refused.value).splitlines()
+
+
+#: A bad value of each key leasejobs.E006 checks, and the one line ``manage.py check`` prints for it.
+BAD_VALUES = [
+    ("LEASE_SECONDS", -1, "must be a number of seconds of at least 1 (finite), not -1: a shorter lease"),
+    ("LEASE_SECONDS", "abc", "must be a number of seconds of at least 1 (finite), not 'abc'."),
+    ("LEASE_SECONDS", 0.5, "must be a number of seconds of at least 1 (finite), not 0.5: a shorter lease"),
+    ("MAX_ATTEMPTS", 0, "must be a whole number of at least 1, not 0."),
+    ("RETRY_BACKOFF_SECONDS", -1, "must be a finite number of seconds, 0 or more, not -1."),
+    ("RETRY_BACKOFF_MAX_SECONDS", "x", "must be a finite number of seconds, 0 or more, not 'x'."),
+    ("MAX_SNOOZES", -1, "must be a whole number of at least 0, not -1."),
+    (
+        "TASK_MODULES",
+        "myapp.tasks",
+        "must be a list of module paths, such as ['myapp.jobs'], not 'myapp.tasks'.",
+    ),
+    ("MAX_PAYLOAD_BYTES", 0, "must be a whole number of at least 1, not 0."),
+    ("POLL_INTERVAL_SECONDS", 0, "must be a positive number of seconds (finite), not 0."),
+    ("NOTIFY_CHANNEL", "", "must be a channel name of 1 to 63 bytes, PostgreSQL's longest, not ''."),
+    ("NOTIFY_CHANNEL", "c" * 64, "must be a channel name of 1 to 63 bytes, PostgreSQL's longest, not 'ccc"),
+    ("PREFETCH", -1, "must be a whole number of at least 0, not -1."),
+    ("PREFETCH_BYTES", 1.5, "must be a whole number of at least 0, not 1.5."),
+    ("STOP_GRACE_SECONDS", "5", "must be a finite number of seconds, 0 or more, not '5'."),
+    ("METRICS_PORT", 70000, "must be None (no metrics) or a port number from 1 to 65535, not 70000."),
+    ("OPENTELEMETRY", "no", "must be None (spans when a tracer provider is set) or False (none), not 'no'."),
+    ("SUMMARY_SECONDS", float("nan"), "must be a positive number of seconds (finite), not nan."),
+    ("LOG_FORMAT", "xml", "must be one of 'text', 'json', not 'xml'."),
+    ("LISTEN_URL", 5, "must be None or a string, not 5."),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "sentence"), BAD_VALUES)
+def test_a_bad_value_fails_the_check_in_one_line_naming_key_value_and_rule(settings, key, value, sentence):
+    settings.LEASEJOBS = {key: value}
+    with pytest.raises(SystemCheckError) as refused:
+        call_command("check")
+    lines = [line for line in str(refused.value).splitlines() if "leasejobs.E006" in line]
+    assert len(lines) == 1, str(refused.value)
+    assert lines[0].startswith(f"?: (leasejobs.E006) LEASEJOBS[{key!r}] {sentence}"), lines[0]
+
+
+def test_every_setting_without_a_check_of_its_own_has_a_rule():
+    """A new key of DEFAULTS gets a rule here, or is named as checked elsewhere."""
+    from leasejobs.checks import VALUE_RULES
+    from leasejobs.conf import DEFAULTS
+
+    elsewhere = {
+        "QUEUES",
+        "PERIODIC",
+        "DATABASE",
+        "VACUUM_THRESHOLD",
+        "VACUUM_SCALE_FACTOR",
+        "FRONT_WALK_INLINE_MS",
+    }
+    assert set(VALUE_RULES) == set(DEFAULTS) - elsewhere
+
+
+def test_the_defaults_and_every_good_edge_pass(settings):
+    from leasejobs.conf import DEFAULTS
+
+    settings.LEASEJOBS = dict(DEFAULTS)
+    call_command("check")
+    settings.LEASEJOBS = {
+        "LEASE_SECONDS": 1,
+        "MAX_SNOOZES": 0,
+        "PREFETCH": 0,
+        "PREFETCH_BYTES": 0,
+        "STOP_GRACE_SECONDS": 0,
+        "RETRY_BACKOFF_SECONDS": 0,
+        "NOTIFY_CHANNEL": "c" * 63,
+        "TASK_MODULES": ("tests.testapp.tasks",),
+        "METRICS_PORT": 9100,
+        "OPENTELEMETRY": False,
+        "LOG_FORMAT": "json",
+        "LISTEN_URL": None,
+    }
+    call_command("check")
+
+
+def test_a_task_modules_string_is_not_imported_letter_by_letter(settings):
+    """Discovery (leasejobs.E011, runworker) says the same sentence, not ``No module named 'm'``."""
+    settings.LEASEJOBS = {"TASK_MODULES": "myapp.tasks"}
+    with pytest.raises(SystemCheckError) as refused:
+        call_command("check")
+    assert "No module named" not in str(refused.value)

@@ -15,10 +15,11 @@ from tests.testapp.tasks import add
 
 @pytest.mark.django_db
 def test_a_nul_character_is_refused_at_enqueue_and_nothing_is_inserted():
-    """PostgreSQL text and jsonb cannot hold NUL: refused (by psycopg, or by the server for JSON)."""
+    """PostgreSQL text and jsonb cannot hold NUL: refused (by psycopg, by the server for JSON, or
+    by ``validate_key`` for an idempotency key, in one sentence)."""
     with pytest.raises(DataError, match="NUL"):
         add.using(queue="a\x00b").enqueue(1, 2)
-    with pytest.raises(DataError, match="NUL"):
+    with pytest.raises(ValueError, match=r"^idempotency_key must not contain a NUL character"):
         add.using(idempotency_key="key\x00").enqueue(1, 2)
     with pytest.raises(DataError, match="u0000 cannot be converted to text"), transaction.atomic():
         add.enqueue("a\x00b", 2)

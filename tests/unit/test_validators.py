@@ -9,22 +9,41 @@ from leasejobs.db.rows import exception_entry, qualified_name
 from leasejobs.jobs.registry import task
 
 
-@pytest.mark.parametrize("value", [0, -1, math.inf, math.nan, True, "3", None])
-def test_a_lease_is_finite_seconds_above_zero(value):
-    with pytest.raises(ValueError, match=r"^lease_seconds must be a positive number of seconds \(finite\)"):
+@pytest.mark.parametrize("value", [0, -1, 0.001, 0.999, math.inf, math.nan, True, "3", None])
+def test_a_lease_is_finite_seconds_of_at_least_one(value):
+    """The zygote looks at its bodies every 50 ms and heartbeats come at a third of the lease:
+    a lease under a second would run out between looks."""
+    with pytest.raises(
+        ValueError, match=r"^lease_seconds must be a number of seconds of at least 1 \(finite\), not "
+    ):
         rows.validate_lease_seconds(value)
 
 
-@pytest.mark.parametrize("value", [0.001, 1, 30.5, 86400])
+@pytest.mark.parametrize("value", [1, 1.0, 30.5, 86400])
 def test_good_leases_and_timeouts_pass_as_they_are(value):
     assert rows.validate_lease_seconds(value) == value
     assert rows.validate_timeout_seconds(value) == value
 
 
+def test_a_timeout_may_still_be_under_a_second():
+    assert rows.validate_timeout_seconds(0.001) == 0.001
+
+
+def test_the_lease_rule_names_the_value_and_why_in_one_sentence():
+    with pytest.raises(ValueError) as refused:
+        rows.validate_lease_seconds(0.5, "--lease")
+    assert str(refused.value) == (
+        "--lease must be a number of seconds of at least 1 (finite), not 0.5: a shorter lease runs "
+        "out between the worker's looks at its jobs."
+    )
+
+
 @pytest.mark.parametrize("option", ["lease_seconds", "timeout_seconds"])
 @pytest.mark.parametrize("value", [math.inf, math.nan, 0])
 def test_task_refuses_an_endless_or_empty_lease_or_timeout_where_it_is_defined(option, value):
-    with pytest.raises(ValueError, match=f"^{option} of task .*never_registered must be a positive number"):
+    with pytest.raises(
+        ValueError, match=f"^{option} of task .*never_registered must be a (positive )?number"
+    ):
 
         @task(**{option: value})
         def never_registered() -> None: ...
@@ -47,6 +66,25 @@ def test_task_refuses_an_endless_or_empty_lease_or_timeout_where_it_is_defined(o
 def test_each_rule_refuses_in_one_sentence_naming_the_option(validate, value, message):
     with pytest.raises(ValueError, match="^" + message):
         validate(value)
+
+
+@pytest.mark.parametrize("validate", [rows.validate_key, rows.validate_worker_id])
+@pytest.mark.parametrize("value", ["a\x00b", "\x00", "a\ud800b", "\udfff"])
+def test_a_key_or_worker_id_postgresql_cannot_store_is_refused_where_it_is_given(validate, value):
+    """A text column holds no NUL and no lone surrogate: refused here, not by the INSERT after
+    a step's function already ran."""
+    with pytest.raises(ValueError) as refused:
+        validate(value, "the name of a step")
+    assert str(refused.value) == (
+        "the name of a step must not contain a NUL character or a lone surrogate, which PostgreSQL "
+        f"cannot store, not {value!r}."
+    )
+
+
+@pytest.mark.parametrize("value", ["plain", "r\u00e9sum\u00e9", "\U0001f600 ok", "tab\there"])
+def test_keys_with_any_storable_character_pass(value):
+    assert rows.validate_key(value) == value
+    assert rows.validate_worker_id(value) == value
 
 
 def test_the_caller_names_the_option_its_own_way():

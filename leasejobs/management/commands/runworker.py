@@ -18,6 +18,7 @@ from leasejobs.db.connection import connection_params
 from leasejobs.db.rows import validate_queue, validate_worker_id
 from leasejobs.jobs.discovery import discover
 from leasejobs.management.arguments import (
+    lease_seconds,
     non_negative_float,
     non_negative_int,
     port,
@@ -25,7 +26,7 @@ from leasejobs.management.arguments import (
     positive_int,
 )
 from leasejobs.observability import observe
-from leasejobs.observability.logformat import JsonFormatter
+from leasejobs.observability.logformat import FORMATS, JsonFormatter
 from leasejobs.operations import autovacuum
 from leasejobs.worker import Worker, WorkerOptions
 
@@ -73,9 +74,10 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--lease",
-            type=positive_float,
+            type=lease_seconds,
             metavar="SECONDS",
-            help="Lease of a claim, unless the task sets lease_seconds (default LEASEJOBS['LEASE_SECONDS']).",
+            help="Lease of a claim, at least 1 second, unless the task sets lease_seconds "
+            "(default LEASEJOBS['LEASE_SECONDS']).",
         )
         parser.add_argument(
             "--heartbeat",
@@ -129,7 +131,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--log-format",
-            choices=["text", "json"],
+            choices=FORMATS,
             help="One line of text or one JSON object per event (default LEASEJOBS['LOG_FORMAT']).",
         )
 
@@ -151,7 +153,7 @@ class Command(BaseCommand):
         _use_database(options["database"])
         worker_options = self._worker_options(options)
         log_format = options["log_format"] or conf.get("LOG_FORMAT")
-        if log_format not in ("text", "json"):
+        if log_format not in FORMATS:  # leasejobs.E006 says so first, unless checks were skipped
             raise CommandError(f"LEASEJOBS['LOG_FORMAT'] must be 'text' or 'json', not {log_format!r}.")
         _configure_logging(options["verbosity"], log_format)
         self._check_database()
