@@ -99,9 +99,9 @@ class ClaimStart:
         self._went_back: set[int] | None = set()
         #: A claim from the keys took jobs since the last walk from the front.
         self._took_since_walk = False
-        #: Keys ``heard`` moved back since the claim under way began: its rows, read
-        #: before those jobs committed, must not move the keys past them again.
-        self._heard: dict[int, ClaimKey] = {}
+        #: The jobs ``heard`` of since the claim under way began: its rows, read before
+        #: those jobs committed, must not move the keys past the ones it did not take.
+        self._heard: list[Place] = []
 
     def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
         """The keys the next claim starts after; None: from the front (``front`` asks for
@@ -190,10 +190,7 @@ class ClaimStart:
         with self._lock:
             for priority, job in places:
                 back = ClaimKey(job.run_at, job.id - 1)
-                # A claim under way may have read the queue before the job committed.
-                heard = self._heard.get(priority)
-                if heard is None or _before(back, heard) is True:
-                    self._heard[priority] = back
+                self._heard.append((priority, job))  # a claim under way may not see it
                 if not self._keys:
                     continue
                 current = self._keys.get(priority)
@@ -253,8 +250,13 @@ class ClaimStart:
                 self._found = [(p, key) for p, key in self._found if p not in stopped]
             self._keys.update({p: ClaimKey(*key) for p, key in last.items() if p not in stopped})
             self._keys.update(stopped)
-            for priority, back in self._heard.items():
-                current = self._keys.get(priority)
+            # A job heard of during the claim and taken by it is behind the key, as it
+            # should be: walking past it again would cost every next claim its rows.
+            taken = {row.id for row in rows} - set(given_back)
+            for priority, job in self._heard:
+                back, current = ClaimKey(job.run_at, job.id - 1), self._keys.get(priority)
+                if job.id in taken:
+                    continue
                 if (self._keys and current is None) or (current and _before(back, current) is True):
                     self._keys[priority] = back
 
