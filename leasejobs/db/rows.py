@@ -205,9 +205,10 @@ def one_line(text: str) -> str:
 
 
 def validate_queue(value: Any, what: str = "queue") -> str:
-    """A queue name: 1 to ``QUEUE_MAX_LENGTH`` characters."""
+    """A queue name: 1 to ``QUEUE_MAX_LENGTH`` storable characters."""
     if not isinstance(value, str) or not value or len(value) > QUEUE_MAX_LENGTH:
         raise ValueError(f"{what} must be a name of 1 to {QUEUE_MAX_LENGTH} characters, not {value!r}.")
+    _refuse_unstorable(value, what)
     return value
 
 

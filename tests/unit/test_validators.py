@@ -68,9 +68,9 @@ def test_each_rule_refuses_in_one_sentence_naming_the_option(validate, value, me
         validate(value)
 
 
-@pytest.mark.parametrize("validate", [rows.validate_key, rows.validate_worker_id])
+@pytest.mark.parametrize("validate", [rows.validate_key, rows.validate_worker_id, rows.validate_queue])
 @pytest.mark.parametrize("value", ["a\x00b", "\x00", "a\ud800b", "\udfff"])
-def test_a_key_or_worker_id_postgresql_cannot_store_is_refused_where_it_is_given(validate, value):
+def test_a_key_worker_id_or_queue_postgresql_cannot_store_is_refused_where_it_is_given(validate, value):
     """A text column holds no NUL and no lone surrogate: refused here, not by the INSERT after
     a step's function already ran."""
     with pytest.raises(ValueError) as refused:
@@ -85,6 +85,7 @@ def test_a_key_or_worker_id_postgresql_cannot_store_is_refused_where_it_is_given
 def test_keys_with_any_storable_character_pass(value):
     assert rows.validate_key(value) == value
     assert rows.validate_worker_id(value) == value
+    assert rows.validate_queue(value) == value
 
 
 def test_the_caller_names_the_option_its_own_way():
