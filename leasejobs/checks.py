@@ -237,7 +237,7 @@ def check_pooler(app_configs: Any = None, databases: Any = None, **kwargs: Any) 
         pooled = pooling.detect(connection_params())
     except psycopg.Error:
         return []  # unreachable: runworker and migrate say so themselves
-    return [Error(found, id="leasejobs.E010") for found in pooling.problems()] if pooled else []
+    return [Error(found, id="leasejobs.E012") for found in pooling.problems()] if pooled else []
 
 
 @register(Tags.database)

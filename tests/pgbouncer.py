@@ -114,7 +114,7 @@ def django_through(bouncer: PgBouncer) -> Iterator[None]:
     """This process's own Django connection through ``bouncer``, then direct again.
 
     With ``DISABLE_SERVER_SIDE_CURSORS``, as Django and the check
-    ``leasejobs.E010`` ask for behind a transaction pooler.
+    ``leasejobs.E012`` ask for behind a transaction pooler.
     """
     saved = dict(connection.settings_dict)
     connection.close()

@@ -6,7 +6,7 @@ connection that LISTENed is lent to someone else), session settings leak or
 vanish, and server-side prepared statements fail. The worker needs to know:
 ``detect`` finds out at start, without any setting, and ``plan`` decides
 how the worker connects. ``problems`` names the settings that break through
-a pooler, for ``runworker`` and the system check ``leasejobs.E010``.
+a pooler, for ``runworker`` and the system check ``leasejobs.E012``.
 """
 
 from dataclasses import dataclass

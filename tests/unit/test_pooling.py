@@ -67,7 +67,7 @@ def test_through_a_pooler_without_the_settings_django_needs_the_check_fails(db, 
         timeout=120,
     )
     assert done.returncode != 0
-    assert "leasejobs.E010" in done.stderr and "DISABLE_SERVER_SIDE_CURSORS" in done.stderr
+    assert "leasejobs.E012" in done.stderr and "DISABLE_SERVER_SIDE_CURSORS" in done.stderr
     env["DJANGO_DISABLE_SERVER_SIDE_CURSORS"] = "1"
     assert (
         subprocess.run(
