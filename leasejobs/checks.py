@@ -102,25 +102,51 @@ def _optional_text(value: Any, what: str) -> object:
     return value
 
 
+def _read_as(
+    kind: type[float] | type[int], rule: Callable[[Any, str], object]
+) -> Callable[[Any, str], object]:
+    """The rule of a value the worker reads through ``float()`` or ``int()``: what that
+    reads (a string from the environment, a ``Decimal``, ``64e6`` bytes) is held to
+    ``rule``; what it cannot read is refused by ``rule`` as it was given."""
+
+    def rule_of_read(value: Any, what: str) -> object:
+        try:
+            read = float(value) if not isinstance(value, bool) else value
+        except (TypeError, ValueError):
+            return rule(value, what)
+        if kind is int and isinstance(read, float) and read.is_integer():
+            read = int(read)
+        try:
+            return rule(read, what)
+        except ValueError:
+            return rule(value, what)  # the sentence names the value as it was given
+
+    return rule_of_read
+
+
+def _grace(value: Any, what: str) -> object:
+    return rows.validate_wait_seconds(value, what, zero=True)
+
+
 #: The rule of each LEASEJOBS value ``leasejobs.E006`` checks, read off how the code uses it.
 #: QUEUES (E003), VACUUM_* and FRONT_WALK_INLINE_MS (E004), DATABASE (E005) and PERIODIC
 #: (E010) have checks of their own.
 VALUE_RULES: dict[str, Callable[[Any, str], object]] = {
-    "LEASE_SECONDS": rows.validate_lease_seconds,
+    "LEASE_SECONDS": _read_as(float, rows.validate_lease_seconds),
     "MAX_ATTEMPTS": rows.validate_max_attempts,
     "RETRY_BACKOFF_SECONDS": rows.validate_delay_seconds,
     "RETRY_BACKOFF_MAX_SECONDS": rows.validate_delay_seconds,
     "MAX_SNOOZES": _whole(0),  # 0: the first snooze fails the job
     "TASK_MODULES": _task_modules,
-    "MAX_PAYLOAD_BYTES": _whole(1),
-    "POLL_INTERVAL_SECONDS": rows.validate_positive_seconds,
+    "MAX_PAYLOAD_BYTES": _read_as(int, _whole(1)),
+    "POLL_INTERVAL_SECONDS": _read_as(float, rows.validate_wait_seconds),
     "NOTIFY_CHANNEL": _channel,
     "PREFETCH": _whole(0),  # 0: no job held ahead
-    "PREFETCH_BYTES": _whole(0),  # the first job of a claim is always taken
-    "STOP_GRACE_SECONDS": rows.validate_delay_seconds,  # 0: killed at once
+    "PREFETCH_BYTES": _read_as(int, _whole(0)),  # the first job of a claim is always taken
+    "STOP_GRACE_SECONDS": _read_as(float, _grace),
     "METRICS_PORT": _port,
     "OPENTELEMETRY": _tracing,
-    "SUMMARY_SECONDS": rows.validate_positive_seconds,
+    "SUMMARY_SECONDS": _read_as(float, rows.validate_wait_seconds),
     "LOG_FORMAT": _log_format,
     "LISTEN_DATABASE": _optional_text,
     "LISTEN_URL": _optional_text,

@@ -254,6 +254,25 @@ def validate_delay_seconds(value: Any, what: str) -> float:
     return value
 
 
+#: The longest the worker waits on one thing it is told (a poll, a grace, a
+#: heartbeat, a summary): Python's waits refuse more than ``threading.TIMEOUT_MAX``
+#: (about 292 years), and more than a day is a typo, not a setting.
+MAX_WAIT_SECONDS = 86_400.0
+
+
+def validate_wait_seconds(value: Any, what: str, *, zero: bool = False) -> float:
+    """A wait of the worker's: finite seconds above 0 (0 too with ``zero``), a day at most."""
+    least = "0 or more" if zero else "more than 0"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value >= 0 if zero else value > 0)
+        or not value <= MAX_WAIT_SECONDS
+    ):
+        raise ValueError(f"{what} must be a number of seconds, {least} and a day at most, not {value!r}.")
+    return value
+
+
 #: The shortest lease: the worker looks at its bodies every 50 ms
 #: (``leasejobs.worker.zygote.WATCH_SECONDS``) and heartbeats at a third of the
 #: lease, so a lease under a second runs out between looks and its jobs thrash.

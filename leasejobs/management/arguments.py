@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-from leasejobs.db.rows import MIN_LEASE_SECONDS, validate_lease_seconds
+from leasejobs.db.rows import MIN_LEASE_SECONDS, validate_lease_seconds, validate_wait_seconds
 
 #: Seconds per unit of a duration such as ``7d``.
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -78,6 +78,18 @@ def positive_float(text: str) -> float:
 def lease_seconds(text: str) -> float:
     """A lease (``runworker --lease``): the rule of every lease, ``rows.validate_lease_seconds``."""
     return float(validate_lease_seconds(_number(float, text)))
+
+
+@refusing("a number of seconds above 0 and a day at most", "one such as 10 or 0.5")
+def wait_seconds(text: str) -> float:
+    """How often the worker does something (``runworker --heartbeat``): ``rows.validate_wait_seconds``."""
+    return float(validate_wait_seconds(_number(float, text), text))
+
+
+@refusing("a number of seconds, 0 or more and a day at most", "one such as 0 or 2.5")
+def grace_seconds(text: str) -> float:
+    """A grace (``runworker --grace``): ``rows.validate_wait_seconds``, 0 allowed."""
+    return float(validate_wait_seconds(_number(float, text), text, zero=True))
 
 
 @refusing("a whole number, 0 or more", "one such as 0 or 100")

@@ -56,6 +56,9 @@ from leasejobs.db.store import ClaimedRow, ClaimKey
 #: A job's place in claim order, as a keyed NOTIFY carries it: its priority and key.
 Place = tuple[int, ClaimKey]
 
+#: Jobs heard of during one claim kept one by one; past it, the earliest per priority.
+HEARD_KEPT = 256
+
 #: A front look is due again this many times its own duration after it began,
 FRONT_GAP = 20
 #: and never later than this: its duration is a statement's wall time, which a
@@ -102,6 +105,10 @@ class ClaimStart:
         #: The jobs ``heard`` of since the claim under way began: its rows, read before
         #: those jobs committed, must not move the keys past the ones it did not take.
         self._heard: list[Place] = []
+        #: Past ``HEARD_KEPT`` of them (a worker with no room claims nothing while a
+        #: million jobs are announced), the earliest of each priority only: moving a
+        #: key back to it never skips a job, and may walk again what the claim took.
+        self._heard_earliest: dict[int, ClaimKey] = {}
 
     def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
         """The keys the next claim starts after; None: from the front (``front`` asks for
@@ -115,6 +122,7 @@ class ClaimStart:
         now = self._clock()
         with self._lock:
             self._heard.clear()
+            self._heard_earliest.clear()
             found, self._found = self._found, []
             for priority, key in found:
                 self._keys[priority] = ClaimKey(key.run_at, key.id - 1)
@@ -190,7 +198,7 @@ class ClaimStart:
         with self._lock:
             for priority, job in places:
                 back = ClaimKey(job.run_at, job.id - 1)
-                self._heard.append((priority, job))  # a claim under way may not see it
+                self._hear(priority, job)  # a claim under way may not see it
                 if not self._keys:
                     continue
                 current = self._keys.get(priority)
@@ -253,12 +261,24 @@ class ClaimStart:
             # A job heard of during the claim and taken by it is behind the key, as it
             # should be: walking past it again would cost every next claim its rows.
             taken = {row.id for row in rows} - set(given_back)
-            for priority, job in self._heard:
+            earliest = [(p, ClaimKey(k.run_at, k.id + 1)) for p, k in self._heard_earliest.items()]
+            for priority, job in self._heard + earliest:
                 back, current = ClaimKey(job.run_at, job.id - 1), self._keys.get(priority)
-                if job.id in taken:
+                if job.id in taken and priority not in self._heard_earliest:
                     continue
                 if (self._keys and current is None) or (current and _before(back, current) is True):
                     self._keys[priority] = back
+
+    def _hear(self, priority: int, job: ClaimKey) -> None:
+        """Keep a job heard of for the claim under way (lock held), in bounded memory."""
+        if len(self._heard) < HEARD_KEPT:
+            self._heard.append((priority, job))
+            return
+        for p, kept in [*self._heard, (priority, job)]:
+            back, earliest = ClaimKey(kept.run_at, kept.id - 1), self._heard_earliest.get(p)
+            if earliest is None or _before(back, earliest) is True:
+                self._heard_earliest[p] = back
+        self._heard.clear()
 
     def _walked(self, seconds: float, *, rows: int) -> None:
         """Count a walk from the front that took ``seconds`` and claimed ``rows`` (lock held)."""

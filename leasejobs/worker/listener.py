@@ -19,6 +19,7 @@ the claim itself (docs/performance.md, "Latency").
 
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -46,9 +47,14 @@ def parse_payload(payload: str) -> tuple[str, Place | None]:
     if len(parts) == 4:
         queue, priority, run_at, job_id = parts
         try:
-            return queue, (int(priority), ClaimKey(run_at, int(job_id)))
+            place = (int(priority), ClaimKey(run_at, int(job_id)))
+            when = datetime.fromisoformat(run_at)
         except ValueError:
-            pass
+            return payload, None
+        # Any session may NOTIFY on the channel: a place a claim could not bind (a
+        # priority no smallint holds, a time without its zone) is no place.
+        if -(2**15) <= place[0] < 2**15 and 0 < place[1].id < 2**63 and when.tzinfo is not None:
+            return queue, place
     return payload, None
 
 

@@ -2,11 +2,13 @@
 
 import subprocess
 import sys
+from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from leasejobs import checks
 from tests.helpers import ROOT, worker_env
 
 #: What plain ``manage.py check`` says of a project on SQLite, Django's default.
@@ -70,18 +72,43 @@ BAD_VALUES = [
         "must be a list of module paths, such as ['myapp.jobs'], not 'myapp.tasks'.",
     ),
     ("MAX_PAYLOAD_BYTES", 0, "must be a whole number of at least 1, not 0."),
-    ("POLL_INTERVAL_SECONDS", 0, "must be a positive number of seconds (finite), not 0."),
+    ("POLL_INTERVAL_SECONDS", 0, "must be a number of seconds, more than 0 and a day at most, not 0."),
+    # "Never poll" written as a large number: Python's waits refuse it.
+    (
+        "POLL_INTERVAL_SECONDS",
+        1e10,
+        "must be a number of seconds, more than 0 and a day at most, not 10000000000.0.",
+    ),
     ("NOTIFY_CHANNEL", "", "must be a channel name of 1 to 63 bytes, PostgreSQL's longest, not ''."),
     ("NOTIFY_CHANNEL", "c" * 64, "must be a channel name of 1 to 63 bytes, PostgreSQL's longest, not 'ccc"),
     ("PREFETCH", -1, "must be a whole number of at least 0, not -1."),
     ("PREFETCH_BYTES", 1.5, "must be a whole number of at least 0, not 1.5."),
-    ("STOP_GRACE_SECONDS", "5", "must be a finite number of seconds, 0 or more, not '5'."),
+    ("STOP_GRACE_SECONDS", "five", "must be a number of seconds, 0 or more and a day at most, not 'five'."),
+    ("STOP_GRACE_SECONDS", -1, "must be a number of seconds, 0 or more and a day at most, not -1."),
     ("METRICS_PORT", 70000, "must be None (no metrics) or a port number from 1 to 65535, not 70000."),
     ("OPENTELEMETRY", "no", "must be None (spans when a tracer provider is set) or False (none), not 'no'."),
-    ("SUMMARY_SECONDS", float("nan"), "must be a positive number of seconds (finite), not nan."),
+    ("SUMMARY_SECONDS", float("nan"), "must be a number of seconds, more than 0 and a day at most, not nan."),
     ("LOG_FORMAT", "xml", "must be one of 'text', 'json', not 'xml'."),
     ("LISTEN_URL", 5, "must be None or a string, not 5."),
 ]
+
+
+#: Values the worker reads through ``float()`` or ``int()`` as a project writes them: from
+#: the environment (a string), a ``Decimal``, bytes in a float's notation (found by review 6).
+READ_AS_THE_WORKER_READS = [
+    ("LEASE_SECONDS", "60"),
+    ("LEASE_SECONDS", Decimal("30")),
+    ("PREFETCH_BYTES", 64e6),
+    ("POLL_INTERVAL_SECONDS", "0.5"),
+    ("STOP_GRACE_SECONDS", "5"),
+    ("MAX_PAYLOAD_BYTES", "1048576"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), READ_AS_THE_WORKER_READS)
+def test_a_value_the_worker_reads_as_a_number_passes(settings, key, value):
+    settings.LEASEJOBS = {key: value}
+    assert checks.bad_value(key) is None
 
 
 @pytest.mark.parametrize(("key", "value", "sentence"), BAD_VALUES)

@@ -2,11 +2,13 @@
 and when it walks from the front again."""
 
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from leasejobs.db.store import ClaimedRow, ClaimKey
+from leasejobs.worker import claim_start
 from leasejobs.worker.claim_start import (
     COSTLY_IN_A_ROW,
     FRONT_GAP,
@@ -382,20 +384,37 @@ def test_keys_that_cannot_be_compared_stay_where_they_are() -> None:
     assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=5), 5)}
 
 
-@given(
-    steps=st.lists(
-        st.tuples(
-            st.lists(st.sampled_from([0, 5]), max_size=3),  # new jobs, due after every job before them
-            st.lists(st.tuples(st.sampled_from([0, 5]), st.integers(-20, 20)), max_size=2),  # late jobs
-            st.booleans(),  # their NOTIFY comes while the claim is under way (else before it)
-            st.booleans(),  # the claim walks from the front
-            st.integers(0, 6),  # how many of the jobs it can see it takes (a prefix)
-            st.lists(st.booleans(), max_size=6),  # which of those go back to the queue
-        ),
-        max_size=10,
-    )
+HEARD_STEPS = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from([0, 5]), max_size=3),  # new jobs, due after every job before them
+        st.lists(st.tuples(st.sampled_from([0, 5]), st.integers(-20, 20)), max_size=2),  # late jobs
+        st.booleans(),  # their NOTIFY comes while the claim is under way (else before it)
+        st.booleans(),  # the claim walks from the front
+        st.integers(0, 6),  # how many of the jobs it can see it takes (a prefix)
+        st.lists(st.booleans(), max_size=6),  # which of those go back to the queue
+    ),
+    max_size=10,
 )
+
+
+@given(steps=HEARD_STEPS)
 def test_every_job_heard_of_is_seen_by_the_next_claim(
+    steps: list[tuple[list[int], list[tuple[int, int]], bool, bool, int, list[bool]]],
+) -> None:
+    _heard_of_and_seen(steps)
+
+
+@given(steps=HEARD_STEPS)
+def test_every_job_heard_of_is_seen_by_the_next_claim_when_only_the_earliest_are_kept(
+    steps: list[tuple[list[int], list[tuple[int, int]], bool, bool, int, list[bool]]],
+) -> None:
+    """The same with ``HEARD_KEPT`` at 1: past it, only the earliest job heard of per
+    priority is kept (bounded memory), and still no job heard of is skipped."""
+    with mock.patch.object(claim_start, "HEARD_KEPT", 1):
+        _heard_of_and_seen(steps)
+
+
+def _heard_of_and_seen(
     steps: list[tuple[list[int], list[tuple[int, int]], bool, bool, int, list[bool]]],
 ) -> None:
     """Against a model of the claim: jobs that commit late (anywhere in claim order, before
@@ -443,3 +462,16 @@ def test_every_job_heard_of_is_seen_by_the_next_claim(
         for r in heard:
             if r in queued:
                 assert visible(after, r), "a job heard of is behind its priority's key"
+
+
+def test_a_worker_that_claims_nothing_keeps_what_it_hears_in_bounded_memory() -> None:
+    """A worker with no room claims nothing while jobs are announced: it keeps the first
+    ``HEARD_KEPT`` of them, then the earliest per priority, and its next claim starts
+    before the earliest of all."""
+    start = ClaimStart(Clock())
+    start.claimed(None, 100.0, 0.01, [row(1, second=100_000)], given_back=())
+    start.after()  # the claim under way, which takes nothing
+    start.heard([(0, ClaimKey(T0 + timedelta(seconds=n), n)) for n in range(50_000, 2, -1)])
+    assert len(start._heard) <= claim_start.HEARD_KEPT
+    start.claimed({0: ClaimKey(T0 + timedelta(seconds=100_000), 1)}, 100.0, 0.01, [], given_back=())
+    assert start.after() == {0: ClaimKey(T0 + timedelta(seconds=3), 2)}

@@ -22,6 +22,13 @@ def test_a_keyed_payload_names_its_queue_and_the_jobs_place() -> None:
         f"a{US}b",
         f"q{US}x{US}2026-12-06 01:30:49+00{US}7",  # a priority that is not a number
         f"q{US}1{US}2026-12-06 01:30:49+00{US}seven",
+        # Sent by another program on the channel: no place a claim could bind.
+        f"default{US}7{US}not a time{US}5",
+        f"default{US}99999999999{US}2026-01-01 00:00:00+00{US}5",
+        f"default{US}-32769{US}2026-01-01 00:00:00+00{US}5",
+        f"default{US}0{US}2026-01-01 00:00:00{US}5",  # no zone: the claim's session would choose it
+        f"default{US}0{US}2026-01-01 00:00:00+00{US}0",
+        f"default{US}0{US}2026-01-01 00:00:00+00{US}9223372036854775808",
     ],
 )
 def test_a_payload_without_a_place_is_a_queue_name_whole(payload: str) -> None:

@@ -18,12 +18,12 @@ from leasejobs.db.connection import connection_params
 from leasejobs.db.rows import validate_queue, validate_worker_id
 from leasejobs.jobs.discovery import discover
 from leasejobs.management.arguments import (
+    grace_seconds,
     lease_seconds,
-    non_negative_float,
     non_negative_int,
     port,
-    positive_float,
     positive_int,
+    wait_seconds,
 )
 from leasejobs.observability import observe
 from leasejobs.observability.logformat import FORMATS, JsonFormatter
@@ -81,7 +81,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--heartbeat",
-            type=positive_float,
+            type=wait_seconds,
             metavar="SECONDS",
             help="Extend held leases this often (default: a third of each job's lease).",
         )
@@ -116,7 +116,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--grace",
-            type=non_negative_float,
+            type=grace_seconds,
             default=10.0,
             metavar="SECONDS",
             help="On SIGTERM/SIGINT, let running jobs finish this long before "
