@@ -68,7 +68,7 @@ PAYLOAD_SEPARATOR = "\x1f"
 
 def keyed_payload(queue: str, row: str = "") -> str:
     """The NOTIFY payload of a due job: its queue, then its place in claim order
-    (priority, ``run_at`` in UTC to the microsecond, id), each after a unit separator.
+    (priority, ``run_at`` with its zone, id), each after a unit separator.
 
     Why the place: a worker claims on from the last job it kept
     (``leasejobs.worker.claim_start``), so a job whose transaction commits after
@@ -77,12 +77,14 @@ def keyed_payload(queue: str, row: str = "") -> str:
     finds it: within 20 walks' time on a healthy database, 10 s under a pinned
     xmin horizon (docs/performance.md, "Jobs that commit late"). The payload
     arrives when the job is visible; the listener moves the key back to just
-    before it. ``row``: the alias of the job's row (empty: its bare columns)."""
+    before it. ``row``: the alias of the job's row (empty: its bare columns).
+
+    One ``concat_ws``, the time as the session prints a ``timestamptz`` (ISO,
+    with its offset): a chain of ``||`` over the same values, the time through
+    ``to_char``, cost a single enqueue 74 µs more to parse and run than a bare
+    queue name did, ``concat_ws`` 8 µs (pgbench, the variants interleaved)."""
     r = f"{row}." if row else ""
-    return (
-        f"{queue} || chr(31) || {r}priority || chr(31) || "
-        f"to_char({r}run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '+00' || chr(31) || {r}id"
-    )
+    return f"concat_ws(chr(31), {queue}, {r}priority, {r}run_at, {r}id)"
 
 
 #: The largest value of an ``integer`` column, less one: a row whose attempt or
