@@ -29,7 +29,10 @@ def test_a_row_locked_past_the_lease_neither_wedges_the_worker_nor_doubles_the_j
 ):
     fleet = Fleet(start_worker, "slow", ["--lease", str(LEASE), "--concurrency", "4", "--grace", str(GRACE)])
     before_effect = effect.enqueue(0.1, first_attempt_seconds=3.0).id  # side effect after 1.5 s
-    after_effect = effect.enqueue(0.1, first_attempt_seconds=3.0).id
+    # Its body ends 1 s after its side effect, which renewed its lease for 2 s: the finish
+    # meets the locked row before the unrenewed lease runs out, even on a loaded machine
+    # (with 1.5 s, a CI run saw the lease end first: "lease lost", no "finish skipped").
+    after_effect = effect.enqueue(0.1, first_attempt_seconds=2.0).id
     worker = fleet.start()
     wait_until(lambda: BodyRun.objects.filter(job_id__in=[before_effect, after_effect]).count() == 2)
     with psycopg.connect(database_url()) as locker:

@@ -113,9 +113,13 @@ BAD_OPTIONS = [
     (["--worker-id", ""], "--worker-id must be 1 to 200 characters"),
     (["--worker-id", "   "], "--worker-id must be 1 to 200 characters"),
     (["--worker-id", "w" * 201], "--worker-id must be 1 to 200 characters"),
-    (["--heartbeat", "0"], "--heartbeat: '0' is not a number greater than 0: give one such as 30 or 0.5."),
-    (["--heartbeat", "-1"], "--heartbeat: '-1' is not a number greater than 0"),
-    (["--heartbeat", "nan"], "--heartbeat: 'nan' is not a number greater than 0"),
+    (
+        ["--heartbeat", "0"],
+        "--heartbeat: '0' is not a number of seconds above 0 and a day at most: give one such as 10 or 0.5.",
+    ),
+    (["--heartbeat", "-1"], "--heartbeat: '-1' is not a number of seconds above 0 and a day at most"),
+    (["--heartbeat", "nan"], "--heartbeat: 'nan' is not a number of seconds above 0 and a day at most"),
+    (["--heartbeat", "1e10"], "--heartbeat: '1e10' is not a number of seconds above 0 and a day at most"),
     (["--lease", "0"], "--lease: '0' is not a lease of at least 1 second"),
     (
         ["--lease", "0.5"],
@@ -125,8 +129,12 @@ BAD_OPTIONS = [
     (["--lease", "inf"], "--lease: 'inf' is not a lease of at least 1 second"),
     (["--concurrency", "-1"], "--concurrency: '-1' is not a whole number greater than 0"),
     (["--concurrency", "2.5"], "--concurrency: '2.5' is not a whole number greater than 0"),
-    (["--grace", "nan"], "--grace: 'nan' is not a number, 0 or more: give one such as 0 or 2.5."),
-    (["--grace", "soon"], "--grace: 'soon' is not a number, 0 or more"),
+    (
+        ["--grace", "nan"],
+        "--grace: 'nan' is not a number of seconds, 0 or more and a day at most: give one such as 0 or 2.5.",
+    ),
+    (["--grace", "soon"], "--grace: 'soon' is not a number of seconds, 0 or more and a day at most"),
+    (["--grace", "1e10"], "--grace: '1e10' is not a number of seconds, 0 or more and a day at most"),
     (["--queue", "q" * 101], "--queue must be a name of 1 to 100 characters"),
     (["--max-jobs"], "--max-jobs: expected one argument"),
 ]

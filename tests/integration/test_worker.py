@@ -350,7 +350,7 @@ def test_jobs_enqueued_one_by_one_to_an_idle_worker_each_run_once(start_worker):
         (["--lease", "soon"], "--lease: 'soon' is not a lease of at least 1 second"),
         (["--heartbeat", "40", "--lease", "30"], "must be shorter than the lease"),
         (["--heartbeat", "1", "--no-heartbeat"], "contradict"),
-        (["--grace", "-1"], "--grace: '-1' is not a number, 0 or more"),
+        (["--grace", "-1"], "--grace: '-1' is not a number of seconds, 0 or more and a day at most"),
         (["--queue", ""], "--queue must be a name"),
         (["--nonsense"], "unrecognized arguments"),
     ],
