@@ -752,10 +752,12 @@ def test_a_lease_released_from_the_admin_keeps_its_place_while_its_body_may_run(
 
     path = tmp_path / "journal"
     controls.set_limits("svc", concurrency=1)
-    first = ticks.using(queue="svc").enqueue(str(path), 4)
+    # The first body outlasts any start-up of b on a loaded machine, so the release always
+    # finds it running; the second job outranks the first's retry for the freed place.
+    first = ticks.using(queue="svc").enqueue(str(path), 40)
     a = worker("--concurrency", "1", "--lease", "6", "--worker-id", "a", "--queue", "svc")
     wait_until(lambda: read_ticks(path), timeout=30, what="a's body calls the service")
-    second = ticks.using(queue="svc").enqueue(str(path), 1)
+    second = ticks.using(queue="svc", priority=10).enqueue(str(path), 1)
     b = worker("--concurrency", "2", "--lease", "6", "--worker-id", "b", "--queue", "svc")
     b.wait_for_log("worker started", timeout=30)
     time.sleep(0.5)  # b's first claims found the place taken
@@ -763,6 +765,7 @@ def test_a_lease_released_from_the_admin_keeps_its_place_while_its_body_may_run(
         cursor.execute(
             sql.ADMIN_RELEASE, {"ids": [first.id], "attempts": [1], "channel": conf.get("NOTIFY_CHANNEL")}
         )
+        assert cursor.rowcount == 1, "the release found the first job running"
     wait_until(lambda: job_now(second).status in FINAL, timeout=60, what="the second job ends")
     a.wait_for_log(rf"lease lost job={first.id} attempt=1", timeout=20)
     calls = read_ticks(path)
