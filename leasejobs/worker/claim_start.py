@@ -109,10 +109,13 @@ class ClaimStart:
         #: million jobs are announced), the earliest of each priority only: moving a
         #: key back to it never skips a job, and may walk again what the claim took.
         self._heard_earliest: dict[int, ClaimKey] = {}
+        #: A NOTIFY asked for a walk from the front (``walk_front``).
+        self._front_asked = False
 
     def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
-        """The keys the next claim starts after; None: from the front (``front`` asks for
-        it; a walk is due and cheap, or due with the look under way stuck).
+        """The keys the next claim starts after; None: from the front (``front`` or
+        ``walk_front`` asks for it; a walk is due and cheap, or due with the look
+        under way stuck).
 
         Each job a finished look found moves its priority's key to just before
         it, unless that key went back since the look began (``claimed``): what
@@ -126,7 +129,8 @@ class ClaimStart:
             found, self._found = self._found, []
             for priority, key in found:
                 self._keys[priority] = ClaimKey(key.run_at, key.id - 1)
-            if front or not self._keys:
+            asked, self._front_asked = self._front_asked, False
+            if front or asked or not self._keys:
                 return None
             if now >= self._front_due:
                 if self._look_began is None and self._costly_walks < self._in_a_row:
@@ -184,9 +188,10 @@ class ClaimStart:
             self._found.extend(kept)
             return bool(kept)
 
-    def heard(self, places: Iterable[Place]) -> None:
+    def heard(self, places: Iterable[Place]) -> bool:
         """Jobs a NOTIFY announced, each by its priority and key: each that lies behind
-        its priority's key moves the key back to just before it.
+        its priority's key moves the key back to just before it. True when a key
+        moved or was made.
 
         A priority with no key gets one (the claims from the keys would not walk
         it), unless no priority has one: the next claim walks from the front.
@@ -195,6 +200,7 @@ class ClaimStart:
         claimer has not taken in yet is kept by moving the key to the earliest.
         Keys that cannot be compared (a ``run_at`` text Python cannot read) stay.
         """
+        moved = False
         with self._lock:
             for priority, job in places:
                 back = ClaimKey(job.run_at, job.id - 1)
@@ -211,6 +217,17 @@ class ClaimStart:
                 if self._went_back is not None:
                     self._went_back.add(priority)
                 self._keys[priority] = back
+                moved = True
+        return moved
+
+    def walk_front(self) -> None:
+        """Make the next claim a walk from the front, however costly walks have been.
+
+        Asked for by a NOTIFY that jobs may lie behind every key: a queue resumed
+        (its jobs were passed over while it was paused), its limits changed. Those
+        are an operator's, a few a day; the walk they cost is one claim's."""
+        with self._lock:
+            self._front_asked = True
 
     def claimed(
         self,

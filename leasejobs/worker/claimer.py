@@ -27,7 +27,7 @@ child, so it holds its places only while its body runs.
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from leasejobs import conf
 from leasejobs.db.connection import CONNECTION_ERRORS, WorkerConnection
@@ -36,11 +36,12 @@ from leasejobs.db.store import Attempt, ClaimedRow, ClaimKey, WorkerStore, max_r
 from leasejobs.jobs import registry
 from leasejobs.jobs.registry import Task
 from leasejobs.worker import outcomes, rules
-from leasejobs.worker.claim_start import ClaimStart, Place
+from leasejobs.worker.claim_start import ClaimStart
 from leasejobs.worker.events import Events
 from leasejobs.worker.front_look import FrontLook
 from leasejobs.worker.held import HeldJob, HeldJobs, refunds
 from leasejobs.worker.limits import LimitGate
+from leasejobs.worker.listener import Heard
 from leasejobs.worker.options import WorkerOptions
 from leasejobs.worker.pool import Pool
 
@@ -108,11 +109,15 @@ class Claimer:
         self.front: FrontLook | None = None
 
     def notified(
-        self, queue: str | None, via: WorkerConnection | None = None, places: Sequence[Place] = ()
+        self, queue: str | None, via: WorkerConnection | None = None, heard: Heard | None = None
     ) -> None:
-        """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected), and the
-        places in claim order of the jobs it announced, which the claims start before
-        when they lie behind the keys (``ClaimStart.heard``).
+        """The listener's wake-up: a NOTIFY for ``queue`` (None: it reconnected), and what
+        it ``heard``: the places in claim order of the jobs announced, which the claims
+        start before when they lie behind the keys (``ClaimStart.heard``), and whether
+        the next claim should walk from the front (a queue resumed).
+
+        News only of jobs not due at their INSERT wakes nothing unless one of them
+        moved a key back (committed after it fell due and later jobs were claimed).
 
         When the claim loop is waiting, the listener's thread claims at once (a
         plain claim: news of a limited queue, ``--burst`` and ``--max-jobs`` are
@@ -120,8 +125,14 @@ class Claimer:
         otherwise, or when the claim filled the room (more may be ready), it
         wakes the loop.
         """
-        if places:
-            self.start.heard(places)
+        if heard is not None:
+            moved = bool(heard.later) and self.start.heard(heard.later)
+            if heard.places:
+                self.start.heard(heard.places)
+            elif not heard.front and heard.later and not moved:
+                return
+            if heard.front:
+                self.start.walk_front()
         self.limits.notified(queue)
         if (
             queue is not None

@@ -19,43 +19,76 @@ the claim itself (docs/performance.md, "Latency").
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
 from leasejobs.db.connection import WorkerConnection
-from leasejobs.db.sql.fragments import PAYLOAD_SEPARATOR
+from leasejobs.db.sql.fragments import FRONT, LATER, PAYLOAD_SEPARATOR
 from leasejobs.db.store import CLAIM_SETTINGS, ClaimKey
 from leasejobs.worker.claim_start import Place
 from leasejobs.worker.events import Events
 
+
+class Notice(NamedTuple):
+    """What one NOTIFY payload says: its queue, and the place of the job it announces, if
+    any. ``later``: the job was not due at its INSERT. ``front``: walk from the front."""
+
+    queue: str
+    place: Place | None = None
+    later: bool = False
+    front: bool = False
+
+
+@dataclass
+class Heard:
+    """What one wake-up passes on of a queue's NOTIFYs: the places of due jobs, of jobs
+    not due at their INSERT (``later``), and whether one asked for a walk from the front."""
+
+    places: list[Place] = field(default_factory=list)
+    later: list[Place] = field(default_factory=list)
+    front: bool = False
+
+    def add(self, notice: Notice) -> None:
+        if notice.place is not None:
+            (self.later if notice.later else self.places).append(notice.place)
+        self.front = self.front or notice.front
+
+
 #: The listener's wake-up: the queue a NOTIFY named (None: it reconnected), the
-#: listen connection when claims may run on it, and the places of the jobs enqueued.
-Wake = Callable[[str | None, WorkerConnection | None, list[Place]], None]
+#: listen connection when claims may run on it, and what its NOTIFYs said.
+Wake = Callable[[str | None, WorkerConnection | None, Heard], None]
 
 
-def parse_payload(payload: str) -> tuple[str, Place | None]:
-    """The queue a NOTIFY payload names, and the place of the job it announces, if any.
+def parse_payload(payload: str) -> Notice:
+    """What a NOTIFY payload says (``Notice``).
 
-    A payload is a queue name, or a queue name followed by a job's priority,
-    ``run_at`` and id (``leasejobs.db.sql.fragments.keyed_payload``). The
-    fields are taken from the right, so a queue name may hold anything; a
-    payload whose tail does not read as a place is a queue name whole.
+    A payload is a queue name; or a queue name followed by a job's priority,
+    ``run_at`` and id, and ``LATER`` if the job was not due at its INSERT
+    (``leasejobs.db.sql.fragments.keyed_payload``); or a queue name followed by
+    ``FRONT``. The fields are taken from the right, so a queue name may hold
+    anything; a payload whose tail does not read as one of these is a queue name
+    whole.
     """
-    parts = payload.rsplit(PAYLOAD_SEPARATOR, 3)
+    head, separator, tail = payload.rpartition(PAYLOAD_SEPARATOR)
+    if separator and tail == FRONT:
+        return Notice(head, front=True)
+    later = bool(separator) and tail == LATER
+    parts = (head if later else payload).rsplit(PAYLOAD_SEPARATOR, 3)
     if len(parts) == 4:
         queue, priority, run_at, job_id = parts
         try:
             place = (int(priority), ClaimKey(run_at, int(job_id)))
             when = datetime.fromisoformat(run_at)
         except ValueError:
-            return payload, None
+            return Notice(payload)
         # Any session may NOTIFY on the channel: a place a claim could not bind (a
         # priority no smallint holds, a time without its zone) is no place.
         if -(2**15) <= place[0] < 2**15 and 0 < place[1].id < 2**63 and when.tzinfo is not None:
-            return queue, place
-    return payload, None
+            return Notice(queue, place, later)
+    return Notice(payload)
 
 
 #: What ends one LISTEN session and starts the next: any error of the
@@ -96,18 +129,18 @@ def listen(
             # Never prepared: through a pooler the start-up probe missed, a statement
             # prepared on one server connection may be run on another.
             conn.execute(statement, prepare=False)
-            wake(None, None, [])  # anything enqueued while we were not listening
+            wake(None, None, Heard())  # anything enqueued while we were not listening
             while not done.is_set():
                 # Out of ``notifies`` before any wake-up: it holds the connection, which
                 # the wake-up may claim on. What arrives meanwhile waits in psycopg.
                 # One commit's notifications come in one packet: one wake-up per queue.
-                heard: dict[str, list[Place]] = {}
+                heard: dict[str, Heard] = {}
                 for notify in conn.notifies(timeout=1.0, stop_after=1):
-                    queue, place = parse_payload(notify.payload)
-                    if queues is None or queue in queues:
-                        heard.setdefault(queue, []).extend([place] if place else [])
-                for queue, places in heard.items():
-                    wake(queue, listener if claims and not listener.pooled else None, places)
+                    notice = parse_payload(notify.payload)
+                    if queues is None or notice.queue in queues:
+                        heard.setdefault(notice.queue, Heard()).add(notice)
+                for queue, news in heard.items():
+                    wake(queue, listener if claims and not listener.pooled else None, news)
         except LISTEN_ERRORS as exc:
             listener.close()
             if not done.is_set():

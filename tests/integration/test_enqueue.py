@@ -72,11 +72,22 @@ def test_workers_are_notified_on_commit_only():
             assert list(listener.notifies(timeout=0.3)) == []
         [notify] = list(listener.notifies(timeout=2, stop_after=1))
         # The queue, and where the job lies in claim order (workers' keys move back to it).
-        queue, (priority, key) = parse_payload(notify.payload)
-        assert (queue, priority, key.id) == ("default", job.priority, job.pk)
+        queue, (priority, key), later, _ = parse_payload(notify.payload)
+        assert (queue, priority, key.id, later) == ("default", job.priority, job.pk, False)
         assert dt.datetime.fromisoformat(str(key.run_at)) == job.run_at
-        # A job scheduled for later wakes nobody: the poll finds it when due.
+        # A job due soon says it is not due yet: committed only once it is due, it may
+        # lie behind the keys; committed before, it wakes no claim (the poll finds it).
+        later_job = add.using(delay=5).enqueue(1, 1)
+        [notify] = list(listener.notifies(timeout=2, stop_after=1))
+        queue, (priority, key), later, _ = parse_payload(notify.payload)
+        assert (queue, key.id, later) == ("default", later_job.pk, True)
+        jobs = add.using(delay=5).bulk_enqueue([((1, 1), {}), ((2, 2), {})])
+        [notify] = list(listener.notifies(timeout=2, stop_after=1))
+        assert parse_payload(notify.payload).place[1].id == jobs[0].pk
+        assert parse_payload(notify.payload).later
+        # A job due in a minute wakes nobody: the poll finds it when due.
         add.using(delay=60).enqueue(1, 1)
+        add.using(delay=60).bulk_enqueue([((1, 1), {})])
         assert list(listener.notifies(timeout=0.3)) == []
         # Nor does an idempotency key already used: no job was inserted.
         add.using(idempotency_key="once").enqueue(1, 1)

@@ -10,7 +10,6 @@ import threading
 import time
 
 import psycopg
-import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -75,12 +74,7 @@ def test_a_notify_with_an_out_of_range_priority_stops_the_worker(start_worker):
     assert ran and alive, (ran, alive, worker.log()[-3000:])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known hole, as at 05c3432: a job not yet due at its INSERT sends no NOTIFY, so a "
-    "late commit after it fell due leaves it behind the keys until a walk (docs/guarantees.md)",
-)
-def test_a_job_with_a_short_delay_committed_late_waits_for_a_walk(start_worker):
+def test_a_job_with_a_short_delay_committed_late_runs_without_a_walk(start_worker):
     """A request enqueues ``record.using(delay=0.2)`` (due in 200 ms) inside its
     transaction, then works on for a second before it commits, while other jobs,
     enqueued and committed 0.3 s after it, are claimed and run: the worker's key moves
@@ -91,7 +85,8 @@ def test_a_job_with_a_short_delay_committed_late_waits_for_a_walk(start_worker):
     its statement, as a request that enqueues and then works on commits it, is
     announced by its NOTIFY, which carries its place: the next claim starts before it".
     What happened: it stays queued until the stuck look is walked past (about 10 s
-    after the commit): it runs only after a walk from the front."""
+    after the commit): it runs only after a walk from the front. Now its NOTIFY carries
+    its place, marked ``later``, and the key moves back to it."""
     worker, pid = _front_look_hung(start_worker, "delay-late")
     opened, release = threading.Event(), threading.Event()
     late: list[Job] = []
@@ -152,12 +147,7 @@ def test_a_queue_name_holding_the_separator_stops_the_worker_on_a_retry(start_wo
     assert ran and alive, (ran, alive, worker.log()[-3000:])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known hole, as at 05c3432: resume_queue's NOTIFY names the queue only, so its jobs "
-    "behind the keys wait for a walk from the front (docs/guarantees.md)",
-)
-def test_jobs_of_a_resumed_queue_wait_for_a_walk_from_the_front(start_worker):
+def test_jobs_of_a_resumed_queue_run_without_waiting_for_a_walk(start_worker):
     """A queue is paused (``leasejobs.pause_queue("reports")``) with a job in it; jobs of
     another queue, enqueued 0.3 s later, are claimed and run, so the worker's key moves
     past the paused job (the claims pass over it). Then ``resume_queue("reports")``
@@ -165,7 +155,9 @@ def test_jobs_of_a_resumed_queue_wait_for_a_walk_from_the_front(start_worker):
     queue name: no place, so the key stays past the job. With the front look hung (as
     under a pinned horizon, test_claim_queues), what happened: the resumed job runs
     only when the stuck look is walked past, about 10 s after the resume. Expected: the
-    woken worker's next claim takes it (within a second or two)."""
+    woken worker's next claim takes it (within a second or two). Now resume_queue's
+    NOTIFY asks for a walk from the front (``fragments.front_payload``), which the
+    worker makes at once, whatever walks cost."""
     worker, pid = _front_look_hung(start_worker, "resume-late")
     try:
         leasejobs.pause_queue("reports")

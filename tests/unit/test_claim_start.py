@@ -322,9 +322,11 @@ def test_keys_never_skip_a_job_and_a_look_brings_back_what_lies_before_them(
 def test_a_job_heard_of_behind_its_prioritys_key_moves_the_key_back_to_just_before_it() -> None:
     start = ClaimStart(Clock())
     start.claimed(None, 100.0, 0.01, [row(5, second=5), row(9, 5, second=9)], given_back=())
-    start.heard([(0, ClaimKey(T0 + timedelta(seconds=2), 3))])  # committed late: behind the key
-    start.heard([(0, ClaimKey(T0 + timedelta(seconds=8), 8))])  # after the key: nothing moves
-    start.heard([(3, ClaimKey(T0, 7))])  # a priority no claim took from gets a key
+    assert start.heard([(0, ClaimKey(T0 + timedelta(seconds=2), 3))])  # committed late: behind the key
+    # After the key (a job due later, one committed at once): nothing moves, so a
+    # NOTIFY of a job not yet due wakes no claim (``Claimer.notified``).
+    assert not start.heard([(0, ClaimKey(T0 + timedelta(seconds=8), 8))])
+    assert start.heard([(3, ClaimKey(T0, 7))])  # a priority no claim took from gets a key
     assert start.after() == {
         0: ClaimKey(T0 + timedelta(seconds=2), 2),
         5: ClaimKey(T0 + timedelta(seconds=9), 9),
@@ -336,6 +338,19 @@ def test_a_job_heard_of_before_any_claim_leaves_the_next_claim_to_the_front() ->
     start = ClaimStart(Clock())
     start.heard([(0, ClaimKey(T0, 3))])
     assert start.after() is None
+
+
+def test_a_walk_from_the_front_asked_for_is_the_next_claims_whatever_walks_cost() -> None:
+    """A queue resumed: its jobs lie behind the keys, and the walk is made at once, even
+    when walks are costly enough to be a look's, and only once."""
+    clock = Clock()
+    start = ClaimStart(clock)
+    for _ in range(COSTLY_IN_A_ROW):
+        start.claimed(None, clock.now, COSTLY, [row(5, second=5)], given_back=())
+    assert start.after() is not None  # walks are the look's now
+    start.walk_front()
+    assert start.after() is None
+    assert start.after() is not None
 
 
 def test_a_claim_under_way_when_a_late_job_is_heard_of_does_not_move_the_key_past_it() -> None:

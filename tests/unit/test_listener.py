@@ -2,16 +2,42 @@
 
 import pytest
 
-from leasejobs.db.sql.fragments import PAYLOAD_SEPARATOR
+from leasejobs.db.sql.fragments import PAYLOAD_SEPARATOR, front_payload
 from leasejobs.db.store import ClaimKey
-from leasejobs.worker.listener import parse_payload
+from leasejobs.worker.listener import Heard, Notice, parse_payload
 
 US = PAYLOAD_SEPARATOR
 
 
 def test_a_keyed_payload_names_its_queue_and_the_jobs_place() -> None:
     payload = f"emails{US}-3{US}2026-12-06 01:30:49.637102+00{US}100014"
-    assert parse_payload(payload) == ("emails", (-3, ClaimKey("2026-12-06 01:30:49.637102+00", 100014)))
+    assert parse_payload(payload) == Notice("emails", (-3, ClaimKey("2026-12-06 01:30:49.637102+00", 100014)))
+
+
+def test_a_job_not_due_at_its_insert_is_announced_as_later() -> None:
+    payload = f"emails{US}0{US}2026-12-06 01:30:49+00{US}7{US}later"
+    assert parse_payload(payload) == Notice("emails", (0, ClaimKey("2026-12-06 01:30:49+00", 7)), later=True)
+
+
+def test_a_resumed_queue_asks_for_a_walk_from_the_front() -> None:
+    assert parse_payload(front_payload("reports")) == Notice("reports", front=True)
+    assert parse_payload(front_payload(f"odd{US}name")) == Notice(f"odd{US}name", front=True)
+
+
+def test_a_wake_up_sorts_what_its_notifies_said() -> None:
+    heard = Heard()
+    for payload in (
+        f"q{US}0{US}2026-12-06 01:30:49+00{US}7",
+        f"q{US}0{US}2026-12-06 01:30:50+00{US}9{US}later",
+        "q",
+        front_payload("q"),
+    ):
+        heard.add(parse_payload(payload))
+    assert heard == Heard(
+        places=[(0, ClaimKey("2026-12-06 01:30:49+00", 7))],
+        later=[(0, ClaimKey("2026-12-06 01:30:50+00", 9))],
+        front=True,
+    )
 
 
 @pytest.mark.parametrize(
@@ -29,12 +55,15 @@ def test_a_keyed_payload_names_its_queue_and_the_jobs_place() -> None:
         f"default{US}0{US}2026-01-01 00:00:00{US}5",  # no zone: the claim's session would choose it
         f"default{US}0{US}2026-01-01 00:00:00+00{US}0",
         f"default{US}0{US}2026-01-01 00:00:00+00{US}9223372036854775808",
+        f"default{US}later",  # a marker with no place before it
+        f"default{US}0{US}2026-01-01 00:00:00+00{US}later",
+        f"default{US}0{US}2026-01-01 00:00:00+00{US}5{US}soon",
     ],
 )
 def test_a_payload_without_a_place_is_a_queue_name_whole(payload: str) -> None:
-    assert parse_payload(payload) == (payload, None)
+    assert parse_payload(payload) == Notice(payload)
 
 
 def test_a_queue_name_holding_the_separator_is_read_from_the_right() -> None:
     payload = f"odd{US}name{US}0{US}2026-12-06 01:30:49+00{US}5"
-    assert parse_payload(payload) == (f"odd{US}name", (0, ClaimKey("2026-12-06 01:30:49+00", 5)))
+    assert parse_payload(payload) == Notice(f"odd{US}name", (0, ClaimKey("2026-12-06 01:30:49+00", 5)))

@@ -1,12 +1,13 @@
 """Enqueue: the statements run on Django's connection, in the caller's transaction."""
 
-from leasejobs.db.sql.fragments import keyed_payload
+from leasejobs.db.sql.fragments import announced, keyed_payload
 
 #: Insert one job. A repeated idempotency key inserts nothing (the caller then
 #: reads the existing job). Workers are woken by a NOTIFY carrying the queue
 #: name and the job's place in claim order (``keyed_payload``), delivered when
-#: the caller's transaction commits; a job scheduled for later sends none (the
-#: workers' poll finds it when it is due).
+#: the caller's transaction commits. A job due within 10 s says it is not due
+#: yet, and wakes a worker only if it lies behind its keys (committed after it
+#: fell due); one due later sends none (the workers' poll finds it when due).
 #:
 #: ``delay`` counts from this statement (``statement_timestamp()``), not from
 #: the start of the caller's transaction (``now()``): enqueued late in a long
@@ -32,8 +33,7 @@ VALUES (
 )
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, run_at, created_at,
-    CASE WHEN run_at <= statement_timestamp()
-         THEN pg_notify(%(channel)s, {keyed_payload("%(queue)s")})::text END
+    CASE WHEN {announced()} THEN pg_notify(%(channel)s, {keyed_payload("%(queue)s")})::text END
 """
 
 #: ``ENQUEUE`` for the common job: no idempotency key, due now, no
@@ -51,7 +51,7 @@ VALUES (
     %(task_name)s, %(queue)s, %(priority)s, %(args)s, %(kwargs)s, 'queued', 0, %(max_attempts)s,
     statement_timestamp(), '', false, '', NULL, NULL, statement_timestamp(), 0
 )
-RETURNING id, run_at, created_at, pg_notify(%(channel)s, {keyed_payload("%(queue)s")})::text
+RETURNING id, run_at, created_at, pg_notify(%(channel)s, {keyed_payload("%(queue)s", due=True)})::text
 """
 
 #: Insert many jobs of one task with the same options in one statement, in
@@ -59,8 +59,8 @@ RETURNING id, run_at, created_at, pg_notify(%(channel)s, {keyed_payload("%(queue
 #: PostgreSQL parses it in C, where adapting one array element at a time in
 #: Python cost more than the insert itself. The options are bound once. No
 #: idempotency key (a bulk enqueue cannot share one), so no conflict to
-#: handle. One NOTIFY for the queue if the jobs are due, keyed by the first
-#: job (the rows share priority and ``run_at``). All rows share one
+#: handle. One NOTIFY for the queue if the jobs are due within 10 s, keyed by
+#: the first job (the rows share priority and ``run_at``). All rows share one
 #: trace context (the bulk enqueue's span), or none.
 #:
 #: One row comes back: the ids in input order (they are drawn in the order the
@@ -87,8 +87,7 @@ WITH inserted AS (
 ),
 notified AS (
     SELECT pg_notify(%(channel)s, {keyed_payload("%(queue)s", "f")})
-    FROM (SELECT priority, run_at, id FROM inserted
-          WHERE run_at <= statement_timestamp() ORDER BY id LIMIT 1) AS f
+    FROM (SELECT priority, run_at, id FROM inserted WHERE {announced()} ORDER BY id LIMIT 1) AS f
 )
 SELECT array_agg(i.id ORDER BY i.id), min(i.run_at), min(i.created_at), (SELECT count(*) FROM notified)
 FROM inserted AS i

@@ -131,7 +131,7 @@ moved AS (
     RETURNING s.last_tick
 ),
 notified AS (
-    SELECT pg_notify(%(channel)s, {keyed_payload("%(queue)s", "f")})
+    SELECT pg_notify(%(channel)s, {keyed_payload("%(queue)s", "f", due=True)})
     FROM (SELECT priority, run_at, id FROM inserted WHERE run_at <= now() ORDER BY id LIMIT 1) AS f
 )
 SELECT now(),
