@@ -277,12 +277,17 @@ def validate_wait_seconds(value: Any, what: str, *, zero: bool = False) -> float
 #: (``leasejobs.worker.zygote.WATCH_SECONDS``) and heartbeats at a third of the
 #: lease, so a lease under a second runs out between looks and its jobs thrash.
 MIN_LEASE_SECONDS = 1.0
+#: The longest lease, a day: it is how long a killed worker's jobs wait to be
+#: taken over, and a third of it bounds the worker's statements
+#: (``statement_timeout``, which PostgreSQL caps at 24.8 days) and its waits.
+MAX_LEASE_SECONDS = MAX_WAIT_SECONDS
 
 
 def validate_lease_seconds(value: Any, what: str = "lease_seconds") -> float:
-    """A lease: finite seconds, at least ``MIN_LEASE_SECONDS``."""
-    rule = f"{what} must be a number of seconds of at least {MIN_LEASE_SECONDS:g} (finite), not {value!r}"
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value < math.inf:
+    """A lease: seconds from ``MIN_LEASE_SECONDS`` to ``MAX_LEASE_SECONDS``."""
+    least = f"at least {MIN_LEASE_SECONDS:g} and a day at most"
+    rule = f"{what} must be a number of seconds, {least}, not {value!r}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value <= MAX_LEASE_SECONDS:
         raise ValueError(f"{rule}.")
     if value < MIN_LEASE_SECONDS:
         raise ValueError(f"{rule}: a shorter lease runs out between the worker's looks at its jobs.")

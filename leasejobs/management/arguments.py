@@ -74,7 +74,10 @@ def positive_float(text: str) -> float:
     return value
 
 
-@refusing(f"a lease of at least {MIN_LEASE_SECONDS:g} second", "a number of seconds such as 30 or 1.5")
+@refusing(
+    f"a lease of at least {MIN_LEASE_SECONDS:g} second and a day at most",
+    "a number of seconds such as 30 or 1.5",
+)
 def lease_seconds(text: str) -> float:
     """A lease (``runworker --lease``): the rule of every lease, ``rows.validate_lease_seconds``."""
     return float(validate_lease_seconds(_number(float, text)))

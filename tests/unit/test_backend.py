@@ -191,8 +191,8 @@ def test_per_task_options_and_backend_options_are_checked():
     backend = "leasejobs.backend.LeaseJobsBackend"
     for options, error in (
         ({"LEASE": 3}, r"Unknown OPTIONS \['LEASE'\]"),
-        ({"LEASE_SECONDS": "3"}, r"'LEASE_SECONDS'.* must be a number of seconds of at least 1"),
-        ({"LEASE_SECONDS": 0.5}, r"'LEASE_SECONDS'.* must be a number of seconds of at least 1 .*not 0\.5"),
+        ({"LEASE_SECONDS": "3"}, r"'LEASE_SECONDS'.* must be a number of seconds, at least 1"),
+        ({"LEASE_SECONDS": 0.5}, r"'LEASE_SECONDS'.* must be a number of seconds, at least 1 .*not 0\.5"),
         ({"MAX_ATTEMPTS": 0}, r"'MAX_ATTEMPTS'.* must be a whole number"),
     ):
         settings = {"default": {"BACKEND": backend, "OPTIONS": options}}

@@ -59,9 +59,17 @@ def test_a_queue_database_alias_that_is_not_in_databases_fails_the_check(setting
 
 #: A bad value of each key leasejobs.E006 checks, and the one line ``manage.py check`` prints for it.
 BAD_VALUES = [
-    ("LEASE_SECONDS", -1, "must be a number of seconds of at least 1 (finite), not -1: a shorter lease"),
-    ("LEASE_SECONDS", "abc", "must be a number of seconds of at least 1 (finite), not 'abc'."),
-    ("LEASE_SECONDS", 0.5, "must be a number of seconds of at least 1 (finite), not 0.5: a shorter lease"),
+    (
+        "LEASE_SECONDS",
+        -1,
+        "must be a number of seconds, at least 1 and a day at most, not -1: a shorter lease",
+    ),
+    ("LEASE_SECONDS", "abc", "must be a number of seconds, at least 1 and a day at most, not 'abc'."),
+    (
+        "LEASE_SECONDS",
+        0.5,
+        "must be a number of seconds, at least 1 and a day at most, not 0.5: a shorter lease",
+    ),
     ("MAX_ATTEMPTS", 0, "must be a whole number of at least 1, not 0."),
     ("RETRY_BACKOFF_SECONDS", -1, "must be a finite number of seconds, 0 or more, not -1."),
     ("RETRY_BACKOFF_MAX_SECONDS", "x", "must be a finite number of seconds, 0 or more, not 'x'."),

@@ -9,12 +9,14 @@ from leasejobs.db.rows import exception_entry, qualified_name
 from leasejobs.jobs.registry import task
 
 
-@pytest.mark.parametrize("value", [0, -1, 0.001, 0.999, math.inf, math.nan, True, "3", None])
-def test_a_lease_is_finite_seconds_of_at_least_one(value):
+@pytest.mark.parametrize("value", [0, -1, 0.001, 0.999, 86400.5, 1e12, math.inf, math.nan, True, "3", None])
+def test_a_lease_is_seconds_from_one_to_a_day(value):
     """The zygote looks at its bodies every 50 ms and heartbeats come at a third of the lease:
-    a lease under a second would run out between looks."""
+    a lease under a second would run out between looks. A third of the lease bounds the
+    worker's statements: ``--lease 1e12`` started a worker whose every connection
+    PostgreSQL refused (``statement_timeout`` "333333333333333")."""
     with pytest.raises(
-        ValueError, match=r"^lease_seconds must be a number of seconds of at least 1 \(finite\), not "
+        ValueError, match=r"^lease_seconds must be a number of seconds, at least 1 and a day at most, not "
     ):
         rows.validate_lease_seconds(value)
 
@@ -33,7 +35,7 @@ def test_the_lease_rule_names_the_value_and_why_in_one_sentence():
     with pytest.raises(ValueError) as refused:
         rows.validate_lease_seconds(0.5, "--lease")
     assert str(refused.value) == (
-        "--lease must be a number of seconds of at least 1 (finite), not 0.5: a shorter lease runs "
+        "--lease must be a number of seconds, at least 1 and a day at most, not 0.5: a shorter lease runs "
         "out between the worker's looks at its jobs."
     )
 
