@@ -9,7 +9,7 @@ let a stale worker's writes match again (only the worker's own ``RELEASE``
 of a claim whose body never started does, see ``leases.RELEASE``).
 """
 
-from leasejobs.db.sql.fragments import COUNTER_END, NEVER, notify_queues
+from leasejobs.db.sql.fragments import COUNTER_END, NEVER, notify_places
 from leasejobs.db.sql.workflows import settle
 
 #: Give a running job's lease back now: queued again, claimable at once (the
@@ -25,10 +25,10 @@ WITH released AS (
     UPDATE leasejobs_job AS j SET status = 'queued', lease_until = NULL
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS s(id, attempt)
     WHERE j.id = s.id AND j.attempt = s.attempt AND j.status = 'running'
-    RETURNING j.id, j.attempt, j.leased_by, j.queue
+    RETURNING j.id, j.attempt, j.leased_by, j.queue, j.priority, j.run_at
 ),
 notified AS (
-    {notify_queues("released")}
+    {notify_places("released")}
 )
 SELECT r.id, r.attempt, r.leased_by, (SELECT count(*) FROM notified) FROM released AS r
 """
@@ -83,7 +83,7 @@ WITH retried AS (
     WHERE j.id = s.id AND j.status = s.status AND j.attempt = s.attempt
       AND j.status IN ('queued', 'failed', 'cancelled')
       AND j.runs < {COUNTER_END} AND j.attempt < {COUNTER_END}  -- (a row one more run would overflow)
-    RETURNING j.id, j.attempt, j.leased_by, j.queue, j.workflow_id
+    RETURNING j.id, j.attempt, j.leased_by, j.queue, j.workflow_id, j.priority, j.run_at
 ),
 restored AS (
     SELECT leasejobs_restore_descendants(array_agg(r.id))
@@ -91,7 +91,7 @@ restored AS (
     HAVING count(*) > 0
 ),
 notified AS (
-    {notify_queues("retried")}
+    {notify_places("retried")}
 )
 SELECT r.id, r.attempt, r.leased_by, (SELECT count(*) FROM notified) FROM retried AS r
 WHERE (SELECT count(*) FROM restored) >= 0

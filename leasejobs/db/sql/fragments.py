@@ -125,6 +125,23 @@ def keyed_payload(queue: str, row: str = "", *, due: bool = False) -> str:
     return f"concat_ws(chr(31), {queue}, {r}priority, {r}run_at, {r}id{later})"
 
 
+def notify_places(source: str, channel: str = "%(channel)s") -> str:
+    """Wake the workers of each queue of the due rows of ``source`` (a CTE with ``queue``,
+    ``priority``, ``run_at`` and ``id``), with the place of its earliest row of each
+    priority (``keyed_payload``), when the transaction commits.
+
+    Why the place: these rows are jobs queued again (a lease released, a job
+    retried or woken, a workflow's child made due) whose ``run_at`` may lie
+    before the workers' keys; the place moves the keys back to them, where a
+    bare queue name left them to the next walk from the front (10 s under a
+    pinned horizon). One NOTIFY per queue and priority, not per row."""
+    return (
+        f"SELECT pg_notify({channel}, {keyed_payload('queue', due=True)}) FROM ("
+        f"SELECT DISTINCT ON (queue, priority) queue, priority, run_at, id FROM {source} "
+        "WHERE run_at <= clock_timestamp() ORDER BY queue, priority, run_at, id) AS q"
+    )
+
+
 #: The largest value of an ``integer`` column, less one: a row whose attempt or
 #: run counter has reached it (written by hand, or by SQL) is neither claimed
 #: nor retried again, since their ``+ 1`` would fail the whole statement.

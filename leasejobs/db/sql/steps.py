@@ -16,7 +16,7 @@ taken before the job row): either the wait sees the event, or the sender
 sees the wait and makes the job due.
 """
 
-from leasejobs.db.sql.fragments import NEVER, notify_queues
+from leasejobs.db.sql.fragments import NEVER, notify_places
 
 #: Every step row of a job, read once per attempt at its first step.
 STEPS = """
@@ -108,10 +108,10 @@ woken AS (
     FROM leasejobs_step AS s
     WHERE s.event_key = %(key)s AND s.kind = 'wait' AND NOT s.done
       AND j.id = s.job_id AND j.finished_at IS NULL AND j.run_at > clock_timestamp()
-    RETURNING j.queue
+    RETURNING j.queue, j.priority, j.run_at, j.id
 ),
 notified AS (
-    {notify_queues("woken")}
+    {notify_places("woken")}
 )
 SELECT (SELECT count(*) FROM sent), (SELECT count(*) FROM woken)
 WHERE (SELECT count(*) FROM notified) >= 0

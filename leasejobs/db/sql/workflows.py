@@ -9,7 +9,7 @@ statement already has. A stale attempt's finish writes no row (the fence),
 so it settles no edge.
 """
 
-from leasejobs.db.sql.fragments import NEVER
+from leasejobs.db.sql.fragments import NEVER, notify_places
 
 #: ``leasejobs_settle_parents(parents, outcomes, channel)``: the jobs
 #: ``parents`` just ended with ``outcomes`` (done, failed, cancelled); settle
@@ -30,8 +30,11 @@ from leasejobs.db.sql.fragments import NEVER
 #:    child not started yet, which waits for the retried job's end instead:
 #:    the edge still counts once). Each child's ``pending_parents`` drops by
 #:    its edges that fired; a queued child reaching 0 becomes due now, and its
-#:    queue is NOTIFYed (``channel`` NULL: none).
-SETTLE_FUNCTION = """
+#:    queue is NOTIFYed with the child's place (``channel`` NULL: none): due
+#:    at the settling's clock, it may lie behind the keys of workers that
+#:    claimed later jobs before the finish committed (``notify_places``).
+SETTLE_FUNCTION = (
+    """
 CREATE OR REPLACE FUNCTION leasejobs_settle_parents(parents bigint[], outcomes text[], channel text)
 RETURNS integer LANGUAGE plpgsql VOLATILE
 SET jit = off SET plan_cache_mode = force_custom_plan AS $fn$
@@ -124,17 +127,20 @@ BEGIN
                           THEN clock_timestamp() ELSE j.run_at END
         FROM counted AS c
         WHERE j.id = c.id AND j.id = ANY(touched)
-        RETURNING j.queue, j.pending_parents = 0 AND j.status = 'queued' AS now_due
+        RETURNING j.queue, j.priority, j.run_at, j.id,
+                  j.pending_parents = 0 AND j.status = 'queued' AS now_due
     ),
     woken AS (
-        SELECT pg_notify(channel, queue)
-        FROM (SELECT DISTINCT queue FROM due WHERE now_due AND channel IS NOT NULL) AS q
+        """
+    + notify_places("(SELECT * FROM due WHERE now_due AND channel IS NOT NULL) AS d", "channel")
+    + """
     )
     SELECT count(*) FILTER (WHERE now_due) + 0 * (SELECT count(*) FROM woken) INTO made_due FROM due;
     RETURN made_due;
 END
 $fn$
 """
+)
 
 #: ``leasejobs_restore_descendants(ids)``: jobs ``ids`` were retried (queued
 #: again); the workflow goes on as if they had never ended. Every job it may
