@@ -123,7 +123,8 @@ BAD_OPTIONS = [
     (["--lease", "0"], "--lease: '0' is not a lease of at least 1 second"),
     (
         ["--lease", "0.5"],
-        "--lease: '0.5' is not a lease of at least 1 second and a day at most: give a number of seconds such as 30",
+        "--lease: '0.5' is not a lease of at least 1 second and a day at most: "
+        "give a number of seconds such as 30",
     ),
     (["--lease", "nan"], "--lease: 'nan' is not a lease of at least 1 second"),
     (["--lease", "inf"], "--lease: 'inf' is not a lease of at least 1 second"),

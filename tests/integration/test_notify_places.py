@@ -86,7 +86,7 @@ def test_a_lease_released_from_the_admin_is_claimed_again_without_a_walk(start_w
     worker, pid = _front_look_hung(start_worker, "release-late")
     try:
         held = sleeper.enqueue(30)
-        wait_until(lambda: Job.objects.get(pk=held.pk).status == "running", timeout=20, what="the job running")
+        wait_until(lambda: Job.objects.get(pk=held.pk).status == "running", timeout=20, what="it runs")
         time.sleep(0.3)
         jobs = [record.enqueue(n) for n in range(1, 11)]
         wait_until(lambda: _done(*jobs), timeout=30, what="the later jobs done")
@@ -97,7 +97,9 @@ def test_a_lease_released_from_the_admin_is_claimed_again_without_a_walk(start_w
             assert cursor.rowcount == 1
         released = time.monotonic()
         wait_until(
-            lambda: Job.objects.get(pk=held.pk).attempt == 2, timeout=30, what="the released job claimed again"
+            lambda: Job.objects.get(pk=held.pk).attempt == 2,
+            timeout=30,
+            what="the released job claimed again",
         )
         took = time.monotonic() - released
     finally:

@@ -71,7 +71,8 @@ def test_bad_words_are_refused(parse, text):
         (
             arguments.lease_seconds,
             "0.5",
-            "'0.5' is not a lease of at least 1 second and a day at most: give a number of seconds such as 30 or 1.5.",
+            "'0.5' is not a lease of at least 1 second and a day at most: "
+            "give a number of seconds such as 30 or 1.5.",
         ),
         (arguments.port, "70000", "'70000' is not a port number from 1 to 65535: give one such as 9100."),
         (
