@@ -2,8 +2,11 @@
 
 The wake-up names the queue the NOTIFY carried, so the claim loop can tell a
 limited queue's news (a job enqueued, a place freed) from any other's, and,
-for a job enqueued, the job's place in claim order, so that the claims find
-a job that committed after later ones were claimed (``parse_payload``).
+for a job enqueued or queued again, the job's place in claim order, so that
+the claims find a job that committed after later ones were claimed
+(``parse_payload``). A job due within seconds of its INSERT is announced as
+``later`` (it wakes a claim only if it lies behind a key); a queue resumed asks
+for a walk from the front.
 
 That connection must reach PostgreSQL directly, never through a transaction
 pooler (see ``leasejobs.db.pooling``): it is the queue's database when that is
