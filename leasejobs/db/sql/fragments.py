@@ -69,9 +69,10 @@ PAYLOAD_SEPARATOR = "\x1f"
 LATER = "later"
 #: A job due within this many seconds of its INSERT is announced though not due
 #: yet (``keyed_payload``); one due later is found by the poll when due. Why a
-#: bound: a NOTIFY costs its commit the notification queue's lock, 0.36 ms an
-#: enqueue more with 4 producers committing at once (pgbench), and a request's
-#: transaction outlasts a short delay, seldom a long one.
+#: bound: a NOTIFY costs its commit the notification queue's lock, which
+#: producers committing at once wait for (docs/performance.md, "Figures behind
+#: the code's choices"), and a request's transaction outlasts a short delay,
+#: seldom a long one.
 ANNOUNCED_LATER_SECONDS = 10
 
 #: The one field after the queue name that asks its workers to walk from the
