@@ -1,0 +1,90 @@
+"""Review 7: ``later`` NOTIFYs, walks from the front asked by a NOTIFY, places of jobs
+queued again and the one-day lease (5ae08d2 and the four commits before it), attacked
+with real ``runworker`` processes."""
+
+import contextlib
+import signal
+import time
+
+from leasejobs.models import Job
+from leasejobs.queues import controls
+from tests.helpers import wait_until
+from tests.integration.test_claim_queues import _backend
+from tests.testapp.tasks import record, sleeper
+
+#: A worker whose only wake-ups are its NOTIFYs: it polls every 30 s.
+LONG_POLL = {"DJANGO_SETTINGS_MODULE": "tests.review7_settings"}
+
+
+def _status(job: Job) -> str:
+    return Job.objects.get(pk=job.pk).status
+
+
+def _listening(worker_id: str) -> None:
+    """Wait until the worker's LISTEN connection is up and idle (it hears NOTIFYs)."""
+    wait_until(
+        lambda: _backend(f"leasejobs listen {worker_id}") is not None,
+        timeout=30,
+        what=f"{worker_id} listening",
+    )
+
+
+def _limited_queue_after_a_pause(start_worker, queue: str, worker_id: str, *, later: bool) -> float:
+    """Queue ``queue`` runs one job at a time. Worker W1 (``--max-jobs 1``) runs job A
+    (2 s); job B waits for A's place. Worker W2 (a 30 s poll) serves the queue and is
+    stopped (SIGSTOP, as a paused or swapped-out worker) while A finishes, which frees
+    the place and NOTIFYs the bare queue name; if ``later``, a job C due in 8 s is
+    enqueued in the queue meanwhile (its NOTIFY marked ``later``). W2 is resumed
+    (SIGCONT): the seconds until B runs."""
+    controls.set_limits(queue, concurrency=1)
+    w1 = start_worker("--worker-id", f"{worker_id}-1", "--queue", queue, "--max-jobs", "1")
+    a = sleeper.using(queue=queue).enqueue(2.0)
+    wait_until(lambda: _status(a) == "running", timeout=30, what="job A running in W1")
+    w2 = start_worker("--worker-id", f"{worker_id}-2", "--queue", queue, env=LONG_POLL)
+    w2.wait_for_log("worker started", timeout=30)
+    _listening(f"{worker_id}-2")
+    b = record.using(queue=queue).enqueue(1)
+    time.sleep(0.5)
+    assert _status(b) == "queued"
+    w2.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: _status(a) == "done", timeout=30, what="job A done (its place freed)")
+        if later:
+            record.using(queue=queue, delay=8).enqueue(2)
+        time.sleep(0.5)
+        assert _status(b) == "queued"
+    finally:
+        w2.signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: _status(b) != "queued", timeout=12, what="job B claimed")
+    took = time.monotonic() - resumed
+    assert w2.proc.poll() is None, w2.log()[-3000:]
+    w1.wait(timeout=30)
+    return took
+
+
+def test_a_freed_place_heard_with_a_later_job_of_its_queue_wakes_the_worker(start_worker):
+    """BREAKS. What I did: ``_limited_queue_after_a_pause(later=True)``: while W2 is
+    stopped, its queue's freed place (a bare ``lim7a`` NOTIFY, from W1's finish) and a job
+    due in 8 s (``lim7a<US>0<US>...<US>later``) reach its listen socket; resumed, the
+    listener reads both in one batch and hands the claimer one ``Heard`` for the queue:
+    no place of a due job, one ``later`` place, no front. ``Claimer.notified`` returns
+    early when the later places moved no key (``elif not heard.front and heard.later
+    and not moved: return``), before ``self.limits.notified(queue)``: the freed place's
+    wake-up is dropped with it. What happened: job B waits for the poll (30 s here),
+    not run within 12 s of the resume. The same two NOTIFYs coalesce without a pause
+    whenever they arrive in one packet, or while the listener's thread claims on its
+    connection (psycopg's backlog). docs/queue-controls.md: "Freed places send a
+    NOTIFY with the queue's name, so workers waiting on a limit claim at once instead
+    of at their next poll"; docs/guarantees.md: a ``later`` job "wakes a claim only
+    when it lies behind a key" (it must not also unwake what else was heard)."""
+    took = _limited_queue_after_a_pause(start_worker, "lim7a", "freed-later", later=True)
+    assert took < 6, f"the job waiting for the freed place was claimed {took:.1f} s after the resume"
+
+
+def test_a_freed_place_heard_alone_after_a_pause_wakes_the_worker(start_worker):
+    """HOLDS (the control of the test above): the same without job C; the bare NOTIFY
+    alone wakes W2 and job B is claimed within seconds of the resume."""
+    took = _limited_queue_after_a_pause(start_worker, "lim7b", "freed-alone", later=False)
+    assert took < 6, f"the job waiting for the freed place was claimed {took:.1f} s after the resume"
