@@ -88,3 +88,45 @@ def test_a_freed_place_heard_alone_after_a_pause_wakes_the_worker(start_worker):
     alone wakes W2 and job B is claimed within seconds of the resume."""
     took = _limited_queue_after_a_pause(start_worker, "lim7b", "freed-alone", later=False)
     assert took < 6, f"the job waiting for the freed place was claimed {took:.1f} s after the resume"
+
+
+def test_a_limited_queue_named_with_a_front_tail_hears_its_freed_places(start_worker):
+    """BREAKS. Queue names may hold any character (``validate_queue``; the listener's
+    docstring: "the fields are taken from the right, so a queue name may hold anything").
+    What I did: queue ``lim7c<US>front`` (US: the unit separator) runs one job at a time;
+    a worker (30 s poll, ``--queue`` that name) is given jobs A (1 s) and B. A's finish
+    frees its place and NOTIFYs the bare queue name, which ``parse_payload`` now reads as
+    ``FRONT`` for the queue ``lim7c``: the worker drops it (not its queue), and any worker
+    of ``lim7c`` walks from the front for it. What happened: B waits for the poll (30 s),
+    not run within 12 s of A's end. docs/queue-controls.md: "Freed places send a NOTIFY
+    with the queue's name, so workers waiting on a limit claim at once instead of at their
+    next poll". (The same name's ``pause_queue`` NOTIFY asks ``lim7c``'s workers for a
+    walk.)"""
+    took = _freed_place_wait(start_worker, "lim7c\x1ffront", "front-tail")
+    assert took < 6, f"the job waiting for the freed place was claimed {took:.1f} s after it was freed"
+
+
+def test_a_limited_queue_hears_its_freed_places(start_worker):
+    """HOLDS (the control of the test above): the same with the queue ``lim7d``; B is
+    claimed within seconds of A's end."""
+    took = _freed_place_wait(start_worker, "lim7d", "plain-name")
+    assert took < 6, f"the job waiting for the freed place was claimed {took:.1f} s after it was freed"
+
+
+def _freed_place_wait(start_worker, queue: str, worker_id: str) -> float:
+    """``queue`` runs one job at a time; a worker of it (30 s poll) runs job A (1 s) while
+    B waits: the seconds from A's end until B is claimed."""
+    controls.set_limits(queue, concurrency=1)
+    worker = start_worker("--worker-id", worker_id, "--queue", queue, "--concurrency", "2", env=LONG_POLL)
+    worker.wait_for_log("worker started", timeout=30)
+    _listening(worker_id)
+    a = sleeper.using(queue=queue).enqueue(1.0)
+    wait_until(lambda: _status(a) == "running", timeout=15, what="job A running")
+    b = record.using(queue=queue).enqueue(1)
+    wait_until(lambda: _status(a) == "done", timeout=15, what="job A done (its place freed)")
+    ended = time.monotonic()
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: _status(b) != "queued", timeout=12, what="job B claimed")
+    took = time.monotonic() - ended
+    assert worker.proc.poll() is None, worker.log()[-3000:]
+    return took
