@@ -6,6 +6,8 @@ import contextlib
 import signal
 import time
 
+from django.db import transaction
+
 from leasejobs.models import Job
 from leasejobs.queues import controls
 from tests.helpers import wait_until
@@ -130,3 +132,73 @@ def _freed_place_wait(start_worker, queue: str, worker_id: str) -> float:
     took = time.monotonic() - ended
     assert worker.proc.poll() is None, worker.log()[-3000:]
     return took
+
+
+def _late_commit_wait(
+    start_worker, queue: str, worker_id: str, delay: float, *, limited: bool = False
+) -> float:
+    """A worker of ``queue`` (30 s poll) with keys (its first job done) sits idle; a
+    request enqueues a job due in ``delay`` seconds in its transaction and commits 1.5 s
+    later (the job is due at its commit): the seconds from the commit until it runs.
+    ``limited``: the queue has a concurrency limit of 5."""
+    if limited:
+        controls.set_limits(queue, concurrency=5)
+    worker = start_worker("--worker-id", worker_id, "--queue", queue, "--concurrency", "2", env=LONG_POLL)
+    first = record.using(queue=queue).enqueue(0)
+    wait_until(lambda: _status(first) == "done", timeout=30, what="the first job done (keys)")
+    _listening(worker_id)
+    time.sleep(0.5)
+    with transaction.atomic():
+        late = record.using(queue=queue, delay=delay).enqueue(1)
+        time.sleep(1.5)
+    committed = time.monotonic()
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: _status(late) == "done", timeout=12, what="the job committed late done")
+    took = time.monotonic() - committed
+    assert worker.proc.poll() is None, worker.log()[-3000:]
+    return took
+
+
+def test_a_short_delayed_job_of_a_limited_queue_committed_late_wakes_its_worker(start_worker):
+    """BREAKS. What I did: queue ``lim7e`` has a concurrency limit of 5 (room to spare);
+    its idle worker (30 s poll) has keys. A request enqueues ``record.using(delay=0.2)``
+    and commits 1.5 s later: due at its commit, announced ``lim7e<US>0<US>...<US>later``.
+    The key does not move (the job lies after it: nothing was claimed meanwhile), so
+    ``Claimer.notified`` returns before ``self.limits.notified(queue)``; a job under
+    limits is only claimed by the limited claim, which nothing now makes due. What
+    happened: the job waits for the poll (30 s), not run within 12 s of its commit; the
+    same job enqueued due (``delay=0``, the test below) runs at once.
+    docs/guarantees.md / CHANGELOG [Unreleased] Fixed: a job due within 10 s of its
+    INSERT whose transaction committed after it fell due "now sends its keyed NOTIFY";
+    docs/queue-controls.md: a NOTIFY naming a limited queue makes its claim due."""
+    took = _late_commit_wait(start_worker, "lim7e", "late-limited", 0.2, limited=True)
+    assert took < 6, f"the short-delayed job committed late ran {took:.1f} s after its commit"
+
+
+def test_a_due_job_of_a_limited_queue_committed_late_wakes_its_worker(start_worker):
+    """HOLDS (the control of the test above): the same job enqueued due (no delay) runs
+    within seconds of its commit."""
+    took = _late_commit_wait(start_worker, "lim7f", "due-limited", 0, limited=True)
+    assert took < 6, f"the due job committed late ran {took:.1f} s after its commit"
+
+
+def test_a_short_delayed_job_committed_late_wakes_an_idle_worker(start_worker):
+    """BREAKS (a gap the docs word around: a ``later`` job "wakes a claim only when it lies
+    behind a key"). What I did: an idle worker of queue ``plain7`` (30 s poll) has keys;
+    a request enqueues ``record.using(delay=0.2)`` and commits 1.5 s later, due at its
+    commit. Nothing was claimed meanwhile, so the job lies after the key: no key moves,
+    ``Claimer.notified`` returns, nothing claims. What happened: the job waits for the
+    poll (30 s), not run within 12 s of its commit, where the same job with no delay,
+    committed as late, runs at once (``test_a_due_job_committed_late_wakes_an_idle_worker``).
+    The NOTIFY that would wake the worker is delivered; whether the job is due when heard
+    (its ``run_at`` against the clock) is never asked. CHANGELOG [Unreleased]: the job
+    "due within 10 s of its INSERT whose transaction committed after it fell due" was
+    the hole fixed."""
+    took = _late_commit_wait(start_worker, "plain7", "late-plain", 0.2)
+    assert took < 6, f"the short-delayed job committed late ran {took:.1f} s after its commit"
+
+
+def test_a_due_job_committed_late_wakes_an_idle_worker(start_worker):
+    """HOLDS (the control of the test above)."""
+    took = _late_commit_wait(start_worker, "plain7b", "due-plain", 0)
+    assert took < 6, f"the due job committed late ran {took:.1f} s after its commit"
