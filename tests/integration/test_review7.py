@@ -202,3 +202,22 @@ def test_a_due_job_committed_late_wakes_an_idle_worker(start_worker):
     """HOLDS (the control of the test above)."""
     took = _late_commit_wait(start_worker, "plain7b", "due-plain", 0)
     assert took < 6, f"the due job committed late ran {took:.1f} s after its commit"
+
+
+def test_a_day_long_lease_runs_jobs_and_a_longer_one_is_refused(start_worker):
+    """HOLDS. ``runworker --lease 86400`` (a day, the most: ``MAX_LEASE_SECONDS``) starts,
+    claims and runs a job whose lease runs a day from its claim (its statements' timeout,
+    a third of it, is one PostgreSQL takes); ``--lease 86401`` exits at once with the
+    rule in one sentence, no traceback."""
+    day = start_worker("--worker-id", "day-lease", "--lease", "86400")
+    job = sleeper.enqueue(1.0)
+    wait_until(lambda: _status(job) == "running", timeout=30, what="the job running under a day's lease")
+    until = Job.objects.get(pk=job.pk).lease_until
+    left = (until - Job.objects.get(pk=job.pk).created_at).total_seconds()
+    assert 86000 < left < 86500, left
+    wait_until(lambda: _status(job) == "done", timeout=30, what="the job done under a day's lease")
+    assert day.proc.poll() is None
+    longer = start_worker("--worker-id", "longer-lease", "--lease", "86401")
+    assert longer.wait(timeout=60) != 0
+    assert "not a lease of at least 1 second and a day at most" in longer.log(), longer.log()[-2000:]
+    assert "Traceback" not in longer.log()
