@@ -27,7 +27,7 @@ from leasejobs.db import sql
 from leasejobs.db.sql import connections as conn_sql
 from leasejobs.db.sql import prune, queues, steps, workers
 from leasejobs.db.sql import workflows as workflow_sql
-from leasejobs.db.sql.fragments import front_payload
+from leasejobs.db.sql.fragments import front_payload, queue_payload
 
 Row = tuple[Any, ...]
 
@@ -285,7 +285,7 @@ def set_paused(name: str, paused: bool, channel: str) -> None:
     """Pause or resume a queue and wake its workers, in one transaction."""
     with _atomic(), _cursor() as cursor:
         cursor.execute(queues.SET_PAUSED, {"name": name, "paused": paused})
-        cursor.execute(queues.NOTIFY_QUEUE, [channel, name if paused else front_payload(name)])
+        cursor.execute(queues.NOTIFY_QUEUE, [channel, queue_payload(name) if paused else front_payload(name)])
 
 
 def set_limits(name: str, values: Mapping[str, Any], channel: str) -> None:

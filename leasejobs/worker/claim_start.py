@@ -45,6 +45,7 @@ The claimer calls everything here but ``looked``, which the look's thread
 calls; a lock keeps the two apart.
 """
 
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -58,6 +59,11 @@ Place = tuple[int, ClaimKey]
 
 #: Jobs heard of during one claim kept one by one; past it, the earliest per priority.
 HEARD_KEPT = 256
+
+#: Walks from the front asked for by NOTIFYs (``walk_front``) are this far apart at
+#: least: an operator's resume is one, a program sending them in a loop is not a
+#: walk at every claim.
+ASKED_WALK_GAP_SECONDS = 1.0
 
 #: A front look is due again this many times its own duration after it began,
 FRONT_GAP = 20
@@ -109,8 +115,11 @@ class ClaimStart:
         #: million jobs are announced), the earliest of each priority only: moving a
         #: key back to it never skips a job, and may walk again what the claim took.
         self._heard_earliest: dict[int, ClaimKey] = {}
-        #: A NOTIFY asked for a walk from the front (``walk_front``).
+        #: A NOTIFY asked for a walk from the front (``walk_front``), not made yet; when
+        #: the last asked walk began; whether the claim under way is one.
         self._front_asked = False
+        self._asked_at = -math.inf
+        self._asked_walk = False
 
     def after(self, *, front: bool = False) -> dict[int, ClaimKey] | None:
         """The keys the next claim starts after; None: from the front (``front`` or
@@ -129,7 +138,9 @@ class ClaimStart:
             found, self._found = self._found, []
             for priority, key in found:
                 self._keys[priority] = ClaimKey(key.run_at, key.id - 1)
-            asked, self._front_asked = self._front_asked, False
+            asked = self._front_asked and now - self._asked_at >= ASKED_WALK_GAP_SECONDS
+            if asked:
+                self._front_asked, self._asked_at, self._asked_walk = False, now, True
             if front or asked or not self._keys:
                 return None
             if now >= self._front_due:
@@ -221,11 +232,14 @@ class ClaimStart:
         return moved
 
     def walk_front(self) -> None:
-        """Make the next claim a walk from the front, however costly walks have been.
+        """Make the next claim a walk from the front, however costly walks have been
+        (``ASKED_WALK_GAP_SECONDS`` after the last one asked for, at the soonest).
 
         Asked for by a NOTIFY that jobs may lie behind every key: a queue resumed
         (its jobs were passed over while it was paused), its limits changed. Those
-        are an operator's, a few a day; the walk they cost is one claim's."""
+        are an operator's, a few a day; the walk they cost is one claim's. A walk
+        that came back full (jobs before them filled the room) is asked for again:
+        the priorities it did not reach keep keys past the resumed jobs."""
         with self._lock:
             self._front_asked = True
 
@@ -236,10 +250,13 @@ class ClaimStart:
         seconds: float,
         rows: Sequence[ClaimedRow],
         given_back: Collection[int],
+        *,
+        full: bool = False,
     ) -> None:
         """A claim that started after ``after`` (None: the front) at ``began`` (this
         object's clock) and took ``seconds`` returned ``rows``, in claim order; the jobs
-        of ``given_back`` (ids) went back to the queue unrun.
+        of ``given_back`` (ids) went back to the queue unrun; ``full``: as many rows as
+        it asked for.
 
         Each priority's key becomes its last row, or, if one of its rows went back,
         the place just before the first of those, so the next claim finds it again.
@@ -258,6 +275,9 @@ class ClaimStart:
             else:
                 last[row.priority] = (row.run_at, row.id)
         with self._lock:
+            if after is None and self._asked_walk:
+                self._asked_walk = False
+                self._front_asked = self._front_asked or full
             # What a look found is dropped where a key went back before the claimer took it in.
             if after is None:
                 self._front_due = max(

@@ -37,6 +37,7 @@ from leasejobs.jobs import registry
 from leasejobs.jobs.registry import Task
 from leasejobs.worker import outcomes, rules
 from leasejobs.worker.claim_start import ClaimStart
+from leasejobs.worker.due_soon import DueSoon, seconds_until
 from leasejobs.worker.events import Events
 from leasejobs.worker.front_look import FrontLook
 from leasejobs.worker.held import HeldJob, HeldJobs, refunds
@@ -104,6 +105,8 @@ class Claimer:
         #: The claim loop's last claim came back short with room left (``_one_turn``).
         self._ran_dry = False
         self.start = ClaimStart(inline_seconds=float(conf.get("FRONT_WALK_INLINE_MS")) / 1000)
+        #: When jobs announced before they were due are (the loop's waits end then).
+        self.due_soon = DueSoon(self.wake)
         #: The front look the claims ask for (None: none; the worker sets it, and runs
         #: and stops its thread).
         self.front: FrontLook | None = None
@@ -116,8 +119,8 @@ class Claimer:
         start before when they lie behind the keys (``ClaimStart.heard``), and whether
         the next claim should walk from the front (a queue resumed).
 
-        News only of jobs not due at their INSERT wakes nothing unless one of them
-        moved a key back (committed after it fell due and later jobs were claimed).
+        News only of jobs not due yet wakes the loop when the first is due
+        (``DueSoon``); one already due (committed late) is news now.
 
         When the claim loop is waiting, the listener's thread claims at once (a
         plain claim: news of a limited queue, ``--burst`` and ``--max-jobs`` are
@@ -126,13 +129,17 @@ class Claimer:
         wakes the loop.
         """
         if heard is not None:
-            moved = bool(heard.later) and self.start.heard(heard.later)
+            # A job not due at its INSERT that lies behind a key is due: the key's was claimed.
+            due = bool(heard.later) and self.start.heard(heard.later)
             if heard.places:
                 self.start.heard(heard.places)
-            elif not heard.front and heard.later and not moved:
-                return
             if heard.front:
                 self.start.walk_front()
+            if heard.later and not (due or heard.places or heard.front or heard.news):
+                seconds = seconds_until(heard.later)
+                if seconds > 0:
+                    self.due_soon.heard(queue, seconds)
+                    return
         self.limits.notified(queue)
         if (
             queue is not None
@@ -180,7 +187,8 @@ class Claimer:
                 timeout = GIVE_BACK_AGAIN_SECONDS if pending else self.poll_interval
                 # A claim that came back short with room left: the front may show more.
                 walk = self.start.walk_due_in() if self._ran_dry else None
-                self.wake.wait(timeout if walk is None else min(timeout, walk))
+                self.wake.wait(self.due_soon.wait_seconds(timeout if walk is None else min(timeout, walk)))
+                self.due_soon.waited()
         finally:
             # Once the loop has ended (stopped, or an error), the worker gives back what it
             # holds: no claim of the listener's may add to it meanwhile.
@@ -196,6 +204,8 @@ class Claimer:
             # Cleared before the look at ``stopping``: a stop (or a NOTIFY) that lands
             # after this wakes the wait that follows instead of being cleared unseen.
             self.wake.clear()
+            for queue in self.due_soon.take():
+                self.limits.notified(queue)
             if self._failure is not None:
                 raise self._failure
             if stopping.is_set():
@@ -298,7 +308,7 @@ class Claimer:
         rows, seconds = self._timed_claim(limit, max_bytes=max(1, self._bytes_left()), after=after, via=via)
         given_back: set[int] = set()
         got = self._hold(rows, seconds, given_back)
-        self.start.claimed(after, began, seconds, rows, given_back)
+        self.start.claimed(after, began, seconds, rows, given_back, full=len(rows) >= limit)
         if self.front is not None and (keys := self.start.look_due()) is not None:
             self.front.ask(keys)
         return got

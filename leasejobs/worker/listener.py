@@ -48,16 +48,21 @@ class Notice(NamedTuple):
 @dataclass
 class Heard:
     """What one wake-up passes on of a queue's NOTIFYs: the places of due jobs, of jobs
-    not due at their INSERT (``later``), and whether one asked for a walk from the front."""
+    not due at their INSERT (``later``), whether one asked for a walk from the front,
+    and whether one was other news of the queue (``news``: a place freed, a pause)."""
 
     places: list[Place] = field(default_factory=list)
     later: list[Place] = field(default_factory=list)
     front: bool = False
+    news: bool = False
 
     def add(self, notice: Notice) -> None:
         if notice.place is not None:
             (self.later if notice.later else self.places).append(notice.place)
-        self.front = self.front or notice.front
+        elif notice.front:
+            self.front = True
+        else:
+            self.news = True
 
 
 #: The listener's wake-up: the queue a NOTIFY named (None: it reconnected), the
@@ -68,17 +73,22 @@ Wake = Callable[[str | None, WorkerConnection | None, Heard], None]
 def parse_payload(payload: str) -> Notice:
     """What a NOTIFY payload says (``Notice``).
 
-    A payload is a queue name; or a queue name followed by a job's priority,
-    ``run_at`` and id, and ``LATER`` if the job was not due at its INSERT
-    (``leasejobs.db.sql.fragments.keyed_payload``); or a queue name followed by
-    ``FRONT``. The fields are taken from the right, so a queue name may hold
-    anything; a payload whose tail does not read as one of these is a queue name
-    whole.
+    A payload is a queue name followed by an empty field (news of the queue),
+    by ``FRONT``, or by a job's priority, ``run_at`` and id, and ``LATER`` if
+    the job was not due at its INSERT (``leasejobs.db.sql.fragments``,
+    ``PAYLOAD_SEPARATOR``). The fields are taken from the right, so a queue name
+    may hold anything. A payload without a separator (another program's, or a
+    leasejobs before 6 December) is a queue name whole, and so is one whose tail
+    reads as none of these.
     """
     head, separator, tail = payload.rpartition(PAYLOAD_SEPARATOR)
-    if separator and tail == FRONT:
+    if not separator:
+        return Notice(payload)
+    if tail == "":
+        return Notice(head)
+    if tail == FRONT:
         return Notice(head, front=True)
-    later = bool(separator) and tail == LATER
+    later = tail == LATER
     parts = (head if later else payload).rsplit(PAYLOAD_SEPARATOR, 3)
     if len(parts) == 4:
         queue, priority, run_at, job_id = parts

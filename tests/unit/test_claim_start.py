@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from leasejobs.db.store import ClaimedRow, ClaimKey
 from leasejobs.worker import claim_start
 from leasejobs.worker.claim_start import (
+    ASKED_WALK_GAP_SECONDS,
     COSTLY_IN_A_ROW,
     FRONT_GAP,
     FRONT_GAP_MAX_SECONDS,
@@ -349,8 +350,30 @@ def test_a_walk_from_the_front_asked_for_is_the_next_claims_whatever_walks_cost(
         start.claimed(None, clock.now, COSTLY, [row(5, second=5)], given_back=())
     assert start.after() is not None  # walks are the look's now
     start.walk_front()
-    assert start.after() is None
+    after = start.after()
+    assert after is None
+    start.claimed(after, clock.now, COSTLY, [row(5, second=6)], given_back=())
     assert start.after() is not None
+
+
+def test_walks_asked_for_are_a_second_apart_and_one_that_came_back_full_is_asked_again() -> None:
+    """A program sending ``front`` in a loop makes one walk a second, not one a claim; a
+    walk whose room higher priorities filled leaves the priorities after them for the
+    next (review 7)."""
+    clock = Clock()
+    start = pinned(ClaimStart(clock))  # walks are costly: the regular ones are a look's
+    start.claimed(None, clock.now, COSTLY, [row(5, second=5)], given_back=())
+    start.walk_front()
+    assert start.after() is None
+    start.claimed(None, clock.now, COSTLY, [row(9, 9, second=9)], given_back=(), full=True)
+    start.walk_front()
+    assert start.after() is not None  # within the second: from the keys
+    clock.now += ASKED_WALK_GAP_SECONDS
+    after = start.after()
+    assert after is None  # the one asked again
+    start.claimed(after, clock.now, COSTLY, [row(9, 9, second=9)], given_back=(), full=False)
+    clock.now += ASKED_WALK_GAP_SECONDS
+    assert start.after() is not None  # it came back short: every job before the keys seen
 
 
 def test_a_claim_under_way_when_a_late_job_is_heard_of_does_not_move_the_key_past_it() -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from leasejobs.db.sql.fragments import PAYLOAD_SEPARATOR, front_payload
+from leasejobs.db.sql.fragments import PAYLOAD_SEPARATOR, front_payload, queue_payload
 from leasejobs.db.store import ClaimKey
 from leasejobs.worker.listener import Heard, Notice, parse_payload
 
@@ -37,6 +37,27 @@ def test_a_wake_up_sorts_what_its_notifies_said() -> None:
         places=[(0, ClaimKey("2026-12-06 01:30:49+00", 7))],
         later=[(0, ClaimKey("2026-12-06 01:30:50+00", 9))],
         front=True,
+        news=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "queue",
+    [
+        "reports",
+        f"odd{US}front",  # a name ending as a tag does: read whole (review 7)
+        f"odd{US}later",
+        f"odd{US}",
+        f"q{US}0{US}2026-12-06 01:30:49+00{US}5",  # a name that reads as a place
+    ],
+)
+def test_every_payload_leasejobs_sends_names_its_queue_whole(queue: str) -> None:
+    assert parse_payload(queue_payload(queue)) == Notice(queue)
+    assert parse_payload(front_payload(queue)) == Notice(queue, front=True)
+    place = f"{US}-3{US}2026-12-06 01:30:49+00{US}7"
+    assert parse_payload(queue + place) == Notice(queue, (-3, ClaimKey("2026-12-06 01:30:49+00", 7)))
+    assert parse_payload(queue + place + f"{US}later") == Notice(
+        queue, (-3, ClaimKey("2026-12-06 01:30:49+00", 7)), later=True
     )
 
 

@@ -57,12 +57,17 @@ def seconds_waited(run_at: str) -> str:
 
 def notify_queues(source: str) -> str:
     """Wake the workers of each queue of the rows of ``source`` (a CTE with a ``queue``
-    column), once per queue, when the transaction commits."""
-    return f"SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM {source}) AS q"
+    column), once per queue, when the transaction commits (``queue_payload``)."""
+    return f"SELECT pg_notify(%(channel)s, queue || chr(31)) FROM (SELECT DISTINCT queue FROM {source}) AS q"
 
 
-#: What separates a keyed NOTIFY payload's fields (``keyed_payload``): the ASCII
-#: unit separator, which no queue name of a user's is expected to end with.
+#: What separates a NOTIFY payload's fields: the ASCII unit separator. Every
+#: payload leasejobs sends is a queue name, whatever it holds, then one of:
+#: an empty field (news of the queue: ``queue_payload``); ``FRONT``
+#: (``front_payload``); a job's priority, ``run_at`` and id, and ``LATER`` if
+#: it is not due yet (``keyed_payload``). Read from the right
+#: (``leasejobs.worker.listener.parse_payload``), the last field says which, so
+#: a queue name holding the separator, or ending as a tag does, is read whole.
 PAYLOAD_SEPARATOR = "\x1f"
 #: The last field of a keyed payload whose job was not due at its INSERT: its
 #: workers move a key back to it, and claim only if one moved.
@@ -84,6 +89,11 @@ def announced(row: str = "") -> str:
     """Whether a job's NOTIFY is sent: it is due, or due soon (``ANNOUNCED_LATER_SECONDS``)."""
     r = f"{row}." if row else ""
     return f"{r}run_at <= statement_timestamp() + interval '{ANNOUNCED_LATER_SECONDS} s'"
+
+
+def queue_payload(queue: str) -> str:
+    """The NOTIFY payload of news of ``queue`` alone (a place freed, the queue paused)."""
+    return f"{queue}{PAYLOAD_SEPARATOR}"
 
 
 def front_payload(queue: str) -> str:
