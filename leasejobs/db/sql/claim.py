@@ -81,8 +81,8 @@ _CLAIM_SET = """
 #: A claimed row of a workflow that the claim ended instead (failed: no runs
 #: left after an expired lease; cancelled: a cancel pending when its worker
 #: died) settles its edges here, as a finish would (``workflows.settle``).
-#: No NOTIFY (the claim has no channel): children made due this way are
-#: found by the workers' next poll. Plain rows never reach the function.
+#: No NOTIFY (no channel): such a child lies after this worker's keys; another
+#: worker's may have passed it (its next walk finds it). Plain rows never reach it.
 _SETTLED = (
     "settled AS (\n    "
     + settle(
