@@ -228,7 +228,7 @@ def cancel(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QueryS
     )
     if selection is None:
         return
-    rows = facade.admin_change(sql.ADMIN_CANCEL, selection.params)
+    rows = facade.admin_change(sql.ADMIN_CANCEL, {**selection.params, "channel": conf.get("NOTIFY_CHANNEL")})
     _log("cancelled", request, rows)
     queued = sum(1 for r in rows if r[3] == Job.Status.QUEUED)
     running = len(rows) - queued

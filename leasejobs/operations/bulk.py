@@ -45,7 +45,7 @@ CHANGES = {
         verb="retried",
     ),
     "cancel": Change(
-        sql.ADMIN_CANCEL, frozenset({Job.Status.QUEUED, Job.Status.RUNNING}), notifies=False, verb="cancelled"
+        sql.ADMIN_CANCEL, frozenset({Job.Status.QUEUED, Job.Status.RUNNING}), notifies=True, verb="cancelled"
     ),
 }
 

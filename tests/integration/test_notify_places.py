@@ -63,6 +63,28 @@ def test_a_workflow_child_made_due_is_announced_with_its_place(listener):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_child_that_runs_anyway_made_due_by_an_admins_cancel_is_announced(listener):
+    """The admin cancels a queued parent; its child asked to run whatever its parents'
+    outcome: due at once, and announced (the cancel used to send no NOTIFY at all)."""
+    with leasejobs.workflow("cancelled parent") as wf:
+        parent = wf.add(record, args=(1,), delay=3600)
+        child = wf.add(record, args=(2,), after=[parent], on_parent_failure="run")
+    list(listener.notifies(timeout=0.3))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.ADMIN_CANCEL,
+            {
+                "ids": [parent.id],
+                "statuses": ["queued"],
+                "attempts": [0],
+                "channel": conf.get("NOTIFY_CHANNEL"),
+            },
+        )
+    [notice] = _heard(listener)
+    assert (notice.queue, notice.place[1].id) == ("default", child.id)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_job_retried_from_the_admin_is_announced_with_its_place(listener):
     job = record.enqueue(1)
     Job.objects.filter(id=job.id).update(status="failed", finished_at=Now(), attempt=1, runs=1)

@@ -1092,7 +1092,8 @@ class Simulation(RuleBasedStateMachine):
                 )
             elif action == "cancel":
                 answer = self.db.run(
-                    sql.ADMIN_CANCEL, {"ids": [job_id], "statuses": [status], "attempts": [attempt]}
+                    sql.ADMIN_CANCEL,
+                    {"ids": [job_id], "statuses": [status], "attempts": [attempt], "channel": CHANNEL},
                 )
             else:
                 answer = self.db.run(

@@ -137,7 +137,10 @@ def test_a_cancel_requested_while_the_finish_waits_turns_its_retry_into_a_cancel
     row = claim(s)[0]
     before = Job.objects.get(id=job.id).run_at
     admin = psycopg.connect(**connection_params())
-    admin.execute(sql.ADMIN_CANCEL, {"ids": [job.id], "statuses": ["running"], "attempts": [row.attempt]})
+    admin.execute(
+        sql.ADMIN_CANCEL,
+        {"ids": [job.id], "statuses": ["running"], "attempts": [row.attempt], "channel": "leasejobs"},
+    )
     result: list = []
     finishing = threading.Thread(
         target=lambda: result.append(
@@ -355,6 +358,7 @@ def test_a_worker_finishing_beside_an_operator_holding_and_cancelling_its_runnin
                             "ids": [r[0] for r in running],
                             "statuses": [r[1] for r in running],
                             "attempts": [r[2] for r in running],
+                            "channel": "leasejobs",
                         },
                     ).fetchall()
                     requested |= {c[0] for c in changed}

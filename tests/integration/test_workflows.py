@@ -131,7 +131,8 @@ def test_retry_of_a_cancelled_parent_runs_the_rest(start_worker):
         child = wf.add(node, args=("child",), after=[gate])
     row = Job.objects.get(id=gate.id)
     facade.admin_change(
-        sql.ADMIN_CANCEL, {"ids": [row.id], "statuses": [row.status], "attempts": [row.attempt]}
+        sql.ADMIN_CANCEL,
+        {"ids": [row.id], "statuses": [row.status], "attempts": [row.attempt], "channel": "leasejobs"},
     )
     assert Job.objects.get(id=child.id).status == Job.Status.CANCELLED  # at once, by the cascade
     row = Job.objects.get(id=gate.id)

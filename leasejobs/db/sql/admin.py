@@ -42,8 +42,7 @@ _CANCELLED_NODES = "cancelled AS c WHERE c.workflow_id IS NOT NULL AND c.status 
 #: Returns each changed job with the status it had. A queued job of a
 #: workflow cancelled here settles its edges at once (its descendants are
 #: cancelled, or run if they asked to); a running one settles them when its
-#: worker ends it. (No NOTIFY for a child that asked to run anyway and is
-#: due now: the workers' next poll finds it; the statement has no channel.)
+#: worker ends it; a child made due so is announced with its place.
 ADMIN_CANCEL = f"""
 WITH cancelled AS (
     UPDATE leasejobs_job AS j SET
@@ -56,7 +55,7 @@ WITH cancelled AS (
     RETURNING j.id, j.attempt, j.leased_by, s.status, j.workflow_id
 ),
 settled AS (
-    {settle(_CANCELLED_NODES, "c.id", "'cancelled'::text", "NULL::text")}
+    {settle(_CANCELLED_NODES, "c.id", "'cancelled'::text")}
 )
 SELECT c.id, c.attempt, c.leased_by, c.status FROM cancelled AS c WHERE (SELECT count(*) FROM settled) >= 0
 """
