@@ -211,11 +211,16 @@ def claim_params(
 
 
 def key_params(after: Mapping[int, ClaimKey]) -> dict[str, list[Any]]:
-    """Per-priority keys as ``CLAIM_AFTER`` and ``FRONT_LOOK`` take them: three arrays."""
+    """Per-priority keys as ``CLAIM_AFTER`` and ``FRONT_LOOK`` take them: three arrays.
+
+    The times as text: a claim returns its rows' as text and a NOTIFY's are read
+    into datetimes (``listener.parse_payload``), and psycopg dumps no list of both."""
     keys = sorted(after.items(), reverse=True)
     return {
         "after_priorities": [priority for priority, _ in keys],
-        "after_run_ats": [key.run_at for _, key in keys],
+        "after_run_ats": [
+            key.run_at if isinstance(key.run_at, str) else key.run_at.isoformat() for _, key in keys
+        ],
         "after_ids": [key.id for _, key in keys],
     }
 

@@ -201,8 +201,8 @@ class ClaimStart:
 
     def heard(self, places: Iterable[Place]) -> bool:
         """Jobs a NOTIFY announced, each by its priority and key: each that lies behind
-        its priority's key moves the key back to just before it. True when a key
-        moved or was made.
+        its priority's key moves the key back to just before it. True when one lay
+        behind its key (a key made for a priority that had none says nothing of that).
 
         A priority with no key gets one (the claims from the keys would not walk
         it), unless no priority has one: the next claim walks from the front.
@@ -228,8 +228,16 @@ class ClaimStart:
                 if self._went_back is not None:
                     self._went_back.add(priority)
                 self._keys[priority] = back
-                moved = True
+                moved = moved or current is not None
         return moved
+
+    def asked_walk_in(self) -> float | None:
+        """Seconds until a walk asked for may be made (None: none is asked for): the
+        claim loop waits no longer."""
+        with self._lock:
+            if not self._front_asked:
+                return None
+            return max(0.0, self._asked_at + ASKED_WALK_GAP_SECONDS - self._clock())
 
     def walk_front(self) -> None:
         """Make the next claim a walk from the front, however costly walks have been

@@ -131,15 +131,20 @@ class Claimer:
         if heard is not None:
             # A job not due at its INSERT that lies behind a key is due: the key's was claimed.
             due = bool(heard.later) and self.start.heard(heard.later)
+            for place in heard.later:
+                seconds = seconds_until([place])
+                if seconds > 0 and queue is not None:
+                    self.due_soon.heard(queue, seconds)
+                else:
+                    due = True
             if heard.places:
                 self.start.heard(heard.places)
             if heard.front:
                 self.start.walk_front()
+                # Asked within a second of the last: the loop's wait must end then.
+                self.wake.set()
             if heard.later and not (due or heard.places or heard.front or heard.news):
-                seconds = seconds_until(heard.later)
-                if seconds > 0:
-                    self.due_soon.heard(queue, seconds)
-                    return
+                return
         self.limits.notified(queue)
         if (
             queue is not None
@@ -185,9 +190,11 @@ class Claimer:
                         return
                     pending = bool(self._unreleased)
                 timeout = GIVE_BACK_AGAIN_SECONDS if pending else self.poll_interval
-                # A claim that came back short with room left: the front may show more.
+                # A claim that came back short with room left: the front may show more;
+                # a walk asked for within a second of the last is due a second after it.
                 walk = self.start.walk_due_in() if self._ran_dry else None
-                self.wake.wait(self.due_soon.wait_seconds(timeout if walk is None else min(timeout, walk)))
+                waits = [w for w in (timeout, walk, self.start.asked_walk_in()) if w is not None]
+                self.wake.wait(self.due_soon.wait_seconds(min(waits)))
                 self.due_soon.waited()
         finally:
             # Once the loop has ended (stopped, or an error), the worker gives back what it

@@ -13,10 +13,11 @@ machine's: a clock behind the database's wakes the loop late by the
 difference, one ahead wakes it early, and the claim finds nothing yet. The
 poll is never later than it was, so a skew costs at most a poll interval.
 
-One deadline per queue, the earliest: a flood of delayed jobs costs no memory,
-and a wake-up claims every due job of the queue anyway.
+Each deadline is kept, the earliest ``KEPT`` of them: past that (a flood of
+delayed jobs), the latest are forgotten and their jobs found by the poll.
 """
 
+import bisect
 import math
 import threading
 import time
@@ -24,6 +25,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from leasejobs.worker.claim_start import Place
+
+#: Deadlines kept at most (the memory of a flood of delayed jobs is bounded).
+KEPT = 1024
 
 
 def seconds_until(places: Iterable[Place], now: datetime | None = None) -> float:
@@ -44,17 +48,18 @@ class DueSoon:
         self._wake = wake
         self._clock = clock
         self._lock = threading.Lock()
-        self._at: dict[str | None, float] = {}
+        #: (when, queue), soonest first.
+        self._at: list[tuple[float, str]] = []
         #: When the claim loop's wait under way ends (0: it is not waiting).
         self._waiting_until = 0.0
 
-    def heard(self, queue: str | None, seconds: float) -> None:
+    def heard(self, queue: str, seconds: float) -> None:
         """A job of ``queue`` is due in ``seconds``: wake the loop then, or now if it waits
         past that."""
         at = self._clock() + seconds
         with self._lock:
-            if at < self._at.get(queue, math.inf):
-                self._at[queue] = at
+            bisect.insort(self._at, (at, queue))
+            del self._at[KEPT:]
             sooner = at < self._waiting_until
         if sooner:
             self._wake.set()  # the loop claims once and waits again, until ``at``
@@ -64,7 +69,7 @@ class DueSoon:
         sooner. The loop is waiting from now until ``waited`` is called."""
         now = self._clock()
         with self._lock:
-            soonest = min(self._at.values(), default=math.inf)
+            soonest = self._at[0][0] if self._at else math.inf
             seconds = max(0.0, min(longest, soonest - now))
             self._waiting_until = now + seconds
         return seconds
@@ -73,11 +78,11 @@ class DueSoon:
         with self._lock:
             self._waiting_until = 0.0
 
-    def take(self) -> list[str | None]:
+    def take(self) -> set[str]:
         """The queues whose jobs heard of are due now, forgotten here."""
         now = self._clock()
         with self._lock:
-            due = [queue for queue, at in self._at.items() if at <= now]
-            for queue in due:
-                del self._at[queue]
+            count = next((i for i, (at, _) in enumerate(self._at) if at > now), len(self._at))
+            due = {queue for _, queue in self._at[:count]}
+            del self._at[:count]
         return due

@@ -93,12 +93,14 @@ def parse_payload(payload: str) -> Notice:
     if len(parts) == 4:
         queue, priority, run_at, job_id = parts
         try:
-            place = (int(priority), ClaimKey(run_at, int(job_id)))
             when = datetime.fromisoformat(run_at)
+            place = (int(priority), ClaimKey(when, int(job_id)))
         except ValueError:
             return Notice(payload)
         # Any session may NOTIFY on the channel: a place a claim could not bind (a
-        # priority no smallint holds, a time without its zone) is no place.
+        # priority no smallint holds, a time without its zone) is no place. The time
+        # is kept as Python read it, bound as a timestamp: text Python reads and
+        # PostgreSQL would not (an ISO week date) never reaches a claim.
         if -(2**15) <= place[0] < 2**15 and 0 < place[1].id < 2**63 and when.tzinfo is not None:
             return Notice(queue, place, later)
     return Notice(payload)

@@ -327,7 +327,8 @@ def test_a_job_heard_of_behind_its_prioritys_key_moves_the_key_back_to_just_befo
     # After the key (a job due later, one committed at once): nothing moves, so a
     # NOTIFY of a job not yet due wakes no claim (``Claimer.notified``).
     assert not start.heard([(0, ClaimKey(T0 + timedelta(seconds=8), 8))])
-    assert start.heard([(3, ClaimKey(T0, 7))])  # a priority no claim took from gets a key
+    # A priority no claim took from gets a key; the job lies behind none.
+    assert not start.heard([(3, ClaimKey(T0, 7))])
     assert start.after() == {
         0: ClaimKey(T0 + timedelta(seconds=2), 2),
         5: ClaimKey(T0 + timedelta(seconds=9), 9),

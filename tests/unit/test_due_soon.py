@@ -4,7 +4,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 from leasejobs.db.store import ClaimKey
-from leasejobs.worker.due_soon import DueSoon, seconds_until
+from leasejobs.worker.due_soon import KEPT, DueSoon, seconds_until
 
 NOW = datetime(2026, 12, 6, 4, 0, tzinfo=UTC)
 
@@ -27,19 +27,30 @@ def test_the_loop_waits_until_the_first_job_heard_of_is_due_and_hands_its_queue_
     clock, wake = Clock(), threading.Event()
     soon = DueSoon(wake, clock)
     soon.heard("pdf", 3.0)
-    soon.heard("pdf", 5.0)  # a later job of the same queue: the earliest is kept
+    soon.heard("pdf", 5.0)  # a later job of the same queue: kept too (review 7b)
     soon.heard("mail", 0.5)
     assert not wake.is_set()  # the loop was not waiting: its next wait counts them
     assert soon.wait_seconds(30.0) == 0.5
     soon.waited()
     clock.now += 0.5
-    assert soon.take() == ["mail"]
-    assert soon.take() == []
+    assert soon.take() == {"mail"}
+    assert soon.take() == set()
     assert soon.wait_seconds(30.0) == 2.5
     soon.waited()
     clock.now += 2.5
-    assert soon.take() == ["pdf"]
+    assert soon.take() == {"pdf"}
+    assert soon.wait_seconds(30.0) == 2.0
+    clock.now += 2.0
+    assert soon.take() == {"pdf"}
     assert soon.wait_seconds(30.0) == 30.0
+
+
+def test_a_flood_of_delayed_jobs_keeps_the_earliest_deadlines_only() -> None:
+    soon = DueSoon(threading.Event(), Clock())
+    for n in range(KEPT + 500, 0, -1):
+        soon.heard("q", float(n))
+    assert soon.wait_seconds(1e9) == 1.0
+    assert len(soon._at) == KEPT
 
 
 def test_a_job_due_before_the_wait_under_way_ends_wakes_the_loop() -> None:
