@@ -5,6 +5,7 @@ with real ``runworker`` processes."""
 import contextlib
 import signal
 import time
+from pathlib import Path
 
 from django.db import transaction
 
@@ -12,7 +13,7 @@ from leasejobs.models import Job
 from leasejobs.queues import controls
 from tests.helpers import wait_until
 from tests.integration.test_claim_queues import _backend
-from tests.testapp.tasks import record, sleeper
+from tests.testapp.tasks import record, sleeper, until_file
 
 #: A worker whose only wake-ups are its NOTIFYs: it polls every 30 s.
 LONG_POLL = {"DJANGO_SETTINGS_MODULE": "tests.review7_settings"}
@@ -31,16 +32,20 @@ def _listening(worker_id: str) -> None:
     )
 
 
-def _limited_queue_after_a_pause(start_worker, queue: str, worker_id: str, *, later: bool) -> float:
+def _limited_queue_after_a_pause(
+    start_worker, tmp_path: Path, queue: str, worker_id: str, *, later: bool
+) -> float:
     """Queue ``queue`` runs one job at a time. Worker W1 (``--max-jobs 1``) runs job A
-    (2 s); job B waits for A's place. Worker W2 (a 30 s poll) serves the queue and is
-    stopped (SIGSTOP, as a paused or swapped-out worker) while A finishes, which frees
-    the place and NOTIFYs the bare queue name; if ``later``, a job C due in 8 s is
-    enqueued in the queue meanwhile (its NOTIFY marked ``later``). W2 is resumed
-    (SIGCONT): the seconds until B runs."""
+    (until the test creates its file); job B waits for A's place. Worker W2 (a 30 s
+    poll) serves the queue and is stopped (SIGSTOP, as a paused or swapped-out worker)
+    while A finishes, which frees the place and NOTIFYs the bare queue name; if
+    ``later``, a job C due in 8 s is enqueued in the queue meanwhile (its NOTIFY marked
+    ``later``). W2 is resumed (SIGCONT): the seconds until B runs. (A ran 2 s at first:
+    on a loaded machine W2's start-up outlasted it, and B ran before the pause.)"""
+    go = tmp_path / f"{worker_id}.go"
     controls.set_limits(queue, concurrency=1)
     w1 = start_worker("--worker-id", f"{worker_id}-1", "--queue", queue, "--max-jobs", "1")
-    a = sleeper.using(queue=queue).enqueue(2.0)
+    a = until_file.using(queue=queue).enqueue(str(go))
     wait_until(lambda: _status(a) == "running", timeout=30, what="job A running in W1")
     w2 = start_worker("--worker-id", f"{worker_id}-2", "--queue", queue, env=LONG_POLL)
     w2.wait_for_log("worker started", timeout=30)
@@ -50,6 +55,7 @@ def _limited_queue_after_a_pause(start_worker, queue: str, worker_id: str, *, la
     assert _status(b) == "queued"
     w2.signal(signal.SIGSTOP)
     try:
+        go.touch()
         wait_until(lambda: _status(a) == "done", timeout=30, what="job A done (its place freed)")
         if later:
             record.using(queue=queue, delay=8).enqueue(2)
@@ -66,7 +72,7 @@ def _limited_queue_after_a_pause(start_worker, queue: str, worker_id: str, *, la
     return took
 
 
-def test_a_freed_place_heard_with_a_later_job_of_its_queue_wakes_the_worker(start_worker):
+def test_a_freed_place_heard_with_a_later_job_of_its_queue_wakes_the_worker(start_worker, tmp_path):
     """BREAKS. What I did: ``_limited_queue_after_a_pause(later=True)``: while W2 is
     stopped, its queue's freed place (a bare ``lim7a`` NOTIFY, from W1's finish) and a job
     due in 8 s (``lim7a<US>0<US>...<US>later``) reach its listen socket; resumed, the
@@ -81,14 +87,14 @@ def test_a_freed_place_heard_with_a_later_job_of_its_queue_wakes_the_worker(star
     NOTIFY with the queue's name, so workers waiting on a limit claim at once instead
     of at their next poll"; docs/guarantees.md: a ``later`` job "wakes a claim only
     when it lies behind a key" (it must not also unwake what else was heard)."""
-    took = _limited_queue_after_a_pause(start_worker, "lim7a", "freed-later", later=True)
+    took = _limited_queue_after_a_pause(start_worker, tmp_path, "lim7a", "freed-later", later=True)
     assert took < 6, f"the job waiting for the freed place was claimed {took:.1f} s after the resume"
 
 
-def test_a_freed_place_heard_alone_after_a_pause_wakes_the_worker(start_worker):
+def test_a_freed_place_heard_alone_after_a_pause_wakes_the_worker(start_worker, tmp_path):
     """HOLDS (the control of the test above): the same without job C; the bare NOTIFY
     alone wakes W2 and job B is claimed within seconds of the resume."""
-    took = _limited_queue_after_a_pause(start_worker, "lim7b", "freed-alone", later=False)
+    took = _limited_queue_after_a_pause(start_worker, tmp_path, "lim7b", "freed-alone", later=False)
     assert took < 6, f"the job waiting for the freed place was claimed {took:.1f} s after the resume"
 
 

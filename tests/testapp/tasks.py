@@ -147,6 +147,14 @@ def wait_for_file(path: str, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+@task
+def until_file(path):
+    """Runs until the test creates ``path``: a job that holds its place as long as a test needs."""
+    _record_run()
+    wait_for_file(path)
+    return path
+
+
 @task(takes_context=True)
 def long_effect(ctx, key, seconds):
     """A slow external call made where it belongs: inside the side-effect block."""
